@@ -1,12 +1,7 @@
-"""Model factory: small networks for the digits default, built by name.
+"""Small networks for the digits default: a two-layer CNN (``cnn``) and an MLP (``mlp``).
 
-Every model maps a float32 batch (N, C, H, W) to logits (N, K). To add one, write an
-``nn.Module`` whose constructor takes ``num_classes`` and ``input_shape`` (keyword-only) and add
-it to ``_MODELS``.
-
-Example:
-    >>> from raysearch.models import build_model
-    >>> model = build_model("cnn", num_classes=10, input_shape=(1, 8, 8))
+Moved unchanged from the former ``raysearch/models.py`` (same layers, parameter counts and
+PyTorch-default initialisation, so seeded runs give the same numbers).
 """
 
 from __future__ import annotations
@@ -16,7 +11,7 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
-__all__ = ["MLP", "SmallCNN", "available_models", "build_model"]
+__all__ = ["MLP", "SmallCNN"]
 
 
 def _check_args(num_classes: int, input_shape: Sequence[int]) -> tuple[int, int, int]:
@@ -111,34 +106,28 @@ class MLP(nn.Module):
         return self.net(x)
 
 
-_MODELS: dict[str, type[nn.Module]] = {
-    "cnn": SmallCNN,
-    "mlp": MLP,
-}
-
-
-def available_models() -> list[str]:
-    """Names accepted by :func:`build_model`, sorted."""
-    return sorted(_MODELS)
-
-
-def build_model(name: str, *, num_classes: int, input_shape: Sequence[int]) -> nn.Module:
-    """Build a freshly initialised model by name.
-
-    Initialisation uses PyTorch's default initialisers and the global torch RNG: seed it
-    (``torch.manual_seed``) first for a reproducible model.
+def _check_image_args(
+    name: str, num_classes: int, input_shape: Sequence[int], *, min_size: int = 8
+) -> tuple[int, int, int]:
+    """Validate the arguments of a convolutional network with global average pooling.
 
     Args:
-        name (str): model name, one of :func:`available_models`.
+        name (str): registry name of the model, quoted in the error message.
         num_classes (int): number of classes K (>= 2).
-        input_shape (tuple[int, int, int]): (C, H, W) of one sample.
+        input_shape (Sequence[int]): (C, H, W) of one sample.
+        min_size (int, optional): smallest H and W accepted. Defaults to ``8``.
 
     Returns:
-        nn.Module: maps (N, C, H, W) float inputs to (N, K) logits.
+        tuple[int, int, int]: ``(C, H, W)``.
 
     Raises:
-        ValueError: if `name` is not registered, or on invalid `num_classes` / `input_shape`.
+        TypeError: if `num_classes` is not an int.
+        ValueError: if `num_classes` < 2, `input_shape` is not three positive ints, or
+            H or W < `min_size`.
     """
-    if name not in _MODELS:
-        raise ValueError(f"Unknown model {name!r}; available: {', '.join(available_models())}")
-    return _MODELS[name](num_classes=num_classes, input_shape=input_shape)
+    channels, height, width = _check_args(num_classes, input_shape)
+    if height < min_size or width < min_size:
+        raise ValueError(
+            f"`input_shape` must have H, W >= {min_size} for {name!r}, got {input_shape}"
+        )
+    return channels, height, width
