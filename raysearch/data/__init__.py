@@ -1,9 +1,19 @@
 """Datasets and their train/validation/test splits.
 
 A dataset is registered as a plain function in ``_DATASETS`` that takes the keyword-only arguments
-``seed``, ``val_fraction``, ``test_fraction`` and ``data_dir`` and returns a :class:`DatasetSplits`.
-To add one, write its loader in its own module (``raysearch/data/cifar.py``), import it here and
-add it to the dict.
+``seed``, ``val_fraction``, ``test_fraction``, ``data_dir``, ``download`` and ``imbalance_ratio``
+(``None`` fractions meaning the dataset's defaults, listed in ``_DEFAULTS``) and returns a
+:class:`DatasetSplits`. To add one, write its loader in a module of this package
+(``digits.py``; the on-disk image datasets are in ``vision.py``), import it here and add it to
+both dicts.
+
+Splits. ``digits`` (no official test split) is split by seed into train/val/test (shares of all
+samples, default 0.6/0.2/0.2). Datasets with an official test split (``cifar10``, ``cifar100``,
+``svhn``, ``mnist``, ``fashion_mnist``, ``tiny_imagenet`` (its labelled ``val/``), and
+``imagefolder`` trees with ``train/`` and ``val/``) test on it; `val_fraction` (default 0.1) of
+their official training split is carved as validation, stratified with ``random_state=seed``.
+With `imbalance_ratio` the training pool is long-tailed first (:func:`long_tail_indices`, Jung
+et al. App. C); test stays balanced.
 
 Example:
     >>> from raysearch.data import load_dataset
@@ -14,74 +24,71 @@ Example:
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import Any
 
-import numpy as np
-from sklearn.model_selection import train_test_split
-from torch.utils.data import TensorDataset
+from raysearch.data.digits import DIGITS_TEST_FRACTION, DIGITS_VAL_FRACTION, load_digits
+from raysearch.data.images import CropFlip, ImageFileDataset, ImageTensorDataset
+from raysearch.data.splits import (
+    OFFICIAL_VAL_FRACTION,
+    DatasetError,
+    DatasetSplits,
+    long_tail_counts,
+    long_tail_indices,
+    stratified_split_indices,
+)
+from raysearch.data.vision import (
+    IMAGEFOLDER_TEST_FRACTION,
+    IMAGEFOLDER_VAL_FRACTION,
+    load_cifar10,
+    load_cifar100,
+    load_fashion_mnist,
+    load_imagefolder,
+    load_mnist,
+    load_svhn,
+    load_tiny_imagenet,
+)
 
-from raysearch.data.digits import load_digits
-
-__all__ = ["DatasetSplits", "available_datasets", "load_dataset", "stratified_split_indices"]
-
-
-@dataclass
-class DatasetSplits:
-    """Train, validation and test splits of one dataset.
-
-    Attributes:
-        train: training split, ``TensorDataset`` of x float32 (N, C, H, W) and y int64 (N,).
-        val: validation split (same layout); used for per-epoch metrics and model selection.
-        test: test split (same layout); evaluated once after training.
-        num_classes: number of classes K; labels are in [0, K).
-        input_shape: (C, H, W) of one sample.
-        name: dataset name in the registry.
-    """
-
-    train: TensorDataset
-    val: TensorDataset
-    test: TensorDataset
-    num_classes: int
-    input_shape: tuple[int, int, int]
-    name: str
-
-
-def stratified_split_indices(
-    labels: np.ndarray, *, seed: int, val_fraction: float, test_fraction: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Stratified train/val/test indices, in two ``train_test_split`` steps.
-
-    First `test_fraction` of all samples is held out as test, then `val_fraction` of all samples
-    (``val_fraction / (1 - test_fraction)`` of the rest) as validation; both steps stratify on the
-    labels and use ``random_state=seed``.
-
-    Args:
-        labels (np.ndarray): (N,) integer class labels.
-        seed (int): ``random_state`` of both steps, in [0, 2**32 - 1].
-        val_fraction (float): share of all samples for validation, in (0, 1).
-        test_fraction (float): share of all samples for test, in (0, 1).
-
-    Returns:
-        tuple[np.ndarray, np.ndarray, np.ndarray]: sorted int64 indices of train, val and test;
-        disjoint, and together they cover ``range(N)``.
-    """
-    labels = np.asarray(labels)
-    index = np.arange(len(labels))
-    rest, test = train_test_split(
-        index, test_size=test_fraction, stratify=labels, random_state=seed
-    )
-    train, val = train_test_split(
-        rest,
-        test_size=val_fraction / (1.0 - test_fraction),
-        stratify=labels[rest],
-        random_state=seed,
-    )
-    return np.sort(train), np.sort(val), np.sort(test)
-
+__all__ = [
+    "CropFlip",
+    "DatasetError",
+    "DatasetSplits",
+    "ImageFileDataset",
+    "ImageTensorDataset",
+    "available_datasets",
+    "dataset_defaults",
+    "load_dataset",
+    "long_tail_counts",
+    "long_tail_indices",
+    "stratified_split_indices",
+]
 
 _DATASETS: dict[str, Callable[..., DatasetSplits]] = {
     "digits": load_digits,
+    "cifar10": load_cifar10,
+    "cifar100": load_cifar100,
+    "svhn": load_svhn,
+    "mnist": load_mnist,
+    "fashion_mnist": load_fashion_mnist,
+    "tiny_imagenet": load_tiny_imagenet,
+    "imagefolder": load_imagefolder,
+}
+
+_OFFICIAL = {"val_fraction": OFFICIAL_VAL_FRACTION, "test_fraction": None}
+#: Fractions used when ``None`` is passed. A ``None`` test fraction: the official test split.
+_DEFAULTS: dict[str, dict[str, float | None]] = {
+    "digits": {"val_fraction": DIGITS_VAL_FRACTION, "test_fraction": DIGITS_TEST_FRACTION},
+    **{
+        name: dict(_OFFICIAL)
+        for name in ("cifar10", "cifar100", "svhn", "mnist", "fashion_mnist", "tiny_imagenet")
+    },
+    # test_fraction applies to trees without train/ + val/ only
+    "imagefolder": {
+        "val_fraction": IMAGEFOLDER_VAL_FRACTION,
+        "test_fraction": IMAGEFOLDER_TEST_FRACTION,
+    },
 }
 
 #: Largest seed accepted (scikit-learn's ``random_state`` is a 32-bit unsigned integer).
@@ -93,48 +100,95 @@ def available_datasets() -> list[str]:
     return sorted(_DATASETS)
 
 
+def _check_name(name: str) -> None:
+    if name not in _DATASETS:
+        raise ValueError(f"Unknown dataset {name!r}; available: {', '.join(available_datasets())}")
+
+
+def dataset_defaults(name: str) -> dict[str, float | None]:
+    """The fractions :func:`load_dataset` uses for `name` when ``None`` is passed.
+
+    Args:
+        name (str): dataset name, one of :func:`available_datasets`.
+
+    Returns:
+        dict[str, float | None]: ``{"val_fraction": float, "test_fraction": float | None}``;
+        ``test_fraction`` is ``None`` for datasets tested on their official test split. For
+        ``imagefolder`` the test fraction applies to trees without ``train/`` + ``val/`` only.
+
+    Raises:
+        ValueError: if `name` is not registered.
+    """
+    _check_name(name)
+    return dict(_DEFAULTS[name])
+
+
 def load_dataset(
     name: str,
     *,
     seed: int = 0,
-    val_fraction: float = 0.2,
-    test_fraction: float = 0.2,
-    data_dir: str | None = None,
+    val_fraction: float | None = None,
+    test_fraction: float | None = None,
+    data_dir: str | os.PathLike | None = None,
+    download: bool = False,
+    imbalance_ratio: float | None = None,
 ) -> DatasetSplits:
     """Load a dataset and split it into train, validation and test sets.
 
     Args:
         name (str): dataset name, one of :func:`available_datasets`.
-        seed (int, optional): seed of the split, in [0, 2**32 - 1]. The same seed gives the same
-            split. Defaults to ``0``.
-        val_fraction (float, optional): share of all samples held out for validation, in (0, 1).
-            Defaults to ``0.2``.
-        test_fraction (float, optional): share of all samples held out for test, in (0, 1).
-            Defaults to ``0.2``.
-        data_dir (str, optional): folder of on-disk datasets; unused by ``digits``. Defaults to
-            ``None``.
+        seed (int, optional): seed of the split and of the long tail, in [0, 2**32 - 1]. The same
+            seed gives the same split. Defaults to ``0``.
+        val_fraction (float, optional): validation share in (0, 1): of all samples for
+            ``digits`` and flat ``imagefolder`` trees, of the official training split
+            otherwise. Defaults to ``None`` (:func:`dataset_defaults`).
+        test_fraction (float, optional): test share of all samples in (0, 1), for ``digits``
+            and flat ``imagefolder`` trees only. Defaults to ``None``
+            (:func:`dataset_defaults`).
+        data_dir (str | os.PathLike, optional): folder of the on-disk dataset (see each loader
+            in :mod:`raysearch.data.vision`); unused by ``digits``. Defaults to ``None``.
+        download (bool, optional): download into `data_dir` when the files are missing (never
+            otherwise). Defaults to ``False``.
+        imbalance_ratio (float, optional): long-tailed training pool with
+            ``n_i = floor(n_max * ratio ** (-i / (K - 1)))`` samples of class i
+            (:func:`long_tail_counts`), >= 1; ``None`` keeps every sample. Defaults to ``None``.
 
     Returns:
-        DatasetSplits: the three splits as ``TensorDataset`` (x float32 (N, C, H, W), y int64 (N,)),
-        standardised with statistics of the training split only.
+        DatasetSplits: the three splits (x float32 (C, H, W), y int), with ``info`` describing
+        the split.
 
     Raises:
         ValueError: if `name` is not registered, `seed` is out of range, a fraction is outside
-            (0, 1) or `val_fraction` + `test_fraction` >= 1.
+            (0, 1), `val_fraction` + `test_fraction` >= 1, or `imbalance_ratio` < 1.
+        TypeError: if `seed` is not an int or `download` not a bool.
+        DatasetError: (a ValueError) if the files are missing or corrupt, `data_dir` is needed
+            and ``None``, `test_fraction` is given for a dataset with an official test split,
+            a download fails or is asked for ``imagefolder``.
     """
-    if name not in _DATASETS:
-        raise ValueError(f"Unknown dataset {name!r}; available: {', '.join(available_datasets())}")
+    _check_name(name)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"`seed` must be an int, got {type(seed).__name__}")
     if not 0 <= seed <= _MAX_SEED:
         raise ValueError(f"`seed` must be in [0, {_MAX_SEED}], got {seed}")
     for arg, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
-        if not 0 < value < 1:
+        if value is not None and not (_is_number(value) and 0 < value < 1):
             raise ValueError(f"`{arg}` must be in (0, 1), got {value}")
-    if val_fraction + test_fraction >= 1:
-        raise ValueError(
-            f"`val_fraction` + `test_fraction` must be < 1, got {val_fraction} + {test_fraction}"
-        )
-    return _DATASETS[name](
-        seed=seed, val_fraction=val_fraction, test_fraction=test_fraction, data_dir=data_dir
-    )
+    if imbalance_ratio is not None and not (
+        _is_number(imbalance_ratio) and math.isfinite(imbalance_ratio) and imbalance_ratio >= 1
+    ):
+        raise ValueError(f"`imbalance_ratio` must be a finite number >= 1, got {imbalance_ratio}")
+    if not isinstance(download, bool):
+        raise TypeError(f"`download` must be a bool, got {type(download).__name__}")
+    kwargs: dict[str, Any] = {
+        "seed": seed,
+        "val_fraction": val_fraction,
+        "test_fraction": test_fraction,
+        "data_dir": data_dir,
+        "download": download,
+        "imbalance_ratio": imbalance_ratio,
+    }
+    return _DATASETS[name](**kwargs)
+
+
+def _is_number(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float))

@@ -30,11 +30,22 @@ def _train_stats():
 
 
 def test_registry():
-    assert available_datasets() == ["digits"]
+    assert available_datasets() == [
+        "cifar10",
+        "cifar100",
+        "digits",
+        "fashion_mnist",
+        "imagefolder",
+        "mnist",
+        "svhn",
+        "tiny_imagenet",
+    ]
 
 
 def test_unknown_name():
-    with pytest.raises(ValueError, match="Unknown dataset 'x'; available: digits"):
+    with pytest.raises(
+        ValueError, match="Unknown dataset 'x'; available: cifar10, cifar100, digits"
+    ):
         load_dataset("x")
 
 
