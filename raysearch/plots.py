@@ -1,4 +1,4 @@
-"""Reliability diagrams and accuracy–ECE Pareto plots (matplotlib, headless).
+"""Reliability diagrams, accuracy–ECE Pareto plots and shift box plots (matplotlib, headless).
 
 The only module that imports matplotlib. Figures are written to PNG files; the Agg backend is used,
 so no display is needed.
@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def reliability_diagram(
@@ -128,6 +133,100 @@ def pareto_plot(
         ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def shift_plot(
+    frame: pd.DataFrame,
+    path: str | Path,
+    *,
+    title: str = "",
+    calibrator: str | None = None,
+) -> Path:
+    """Box plots of ECE and accuracy over corruptions per shift severity (Ovadia et al. 2019).
+
+    As Karandikar et al. (NeurIPS 2021) Fig. 2: x = severity 0..5 (0 = clean), left panel ECE in
+    percent, the uncalibrated model and, side by side, the model after the post-hoc calibrator
+    (when ``frame`` has ``ece_cal``); right panel accuracy in percent (the calibrated boxes only
+    where the calibrator changes accuracy). Each box spans the corruptions at one severity
+    (whiskers 1.5 IQR, outliers as points), a white dot marks their mean (the quantity Fig. 2
+    plots, there with the equal-mass l2 ECE); severity 0 is the single clean value.
+
+    Args:
+        frame: :meth:`raysearch.shift.ShiftReport.to_frame`: columns ``severity``, ``ece``,
+            ``accuracy`` (fractions) and optionally ``ece_cal``, ``accuracy_cal``,
+            ``calibrator``.
+        path: output PNG path.
+        title: figure title (e.g. the trial name).
+        calibrator: legend name of the calibrator; defaults to the ``calibrator`` column, else
+            ``"calibrated"``.
+
+    Returns:
+        The path written.
+
+    Raises:
+        ValueError: if ``frame`` is empty or lacks ``severity``, ``ece`` or ``accuracy``.
+    """
+    missing = [c for c in ("severity", "ece", "accuracy") if c not in frame.columns]
+    if missing:
+        raise ValueError(f"`frame` lacks column(s) {', '.join(missing)}; got {list(frame.columns)}")
+    if len(frame) == 0:
+        raise ValueError("`frame` must hold at least one row, got an empty DataFrame")
+    severities = sorted(int(s) for s in frame["severity"].unique())
+    has_cal = "ece_cal" in frame.columns and bool(frame["ece_cal"].notna().any())
+    if calibrator is None:
+        named = frame["calibrator"].dropna() if "calibrator" in frame.columns else []
+        calibrator = str(named.iloc[0]) if len(named) else "calibrated"
+
+    def values(column: str, severity: int) -> np.ndarray:
+        column_values = frame.loc[frame["severity"] == severity, column].to_numpy(dtype=float)
+        return column_values[np.isfinite(column_values)] * 100
+
+    fig, (ax_ece, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
+    panels = ((ax_ece, "ece", "ECE (%)"), (ax_acc, "accuracy", "accuracy (%)"))
+    for ax, metric, label in panels:
+        series = [("uncalibrated", metric, "tab:blue")]
+        cal_column = f"{metric}_cal"
+        if has_cal and cal_column in frame.columns:
+            changed = not np.allclose(
+                frame[metric].to_numpy(float), frame[cal_column].to_numpy(float), equal_nan=True
+            )
+            if metric == "ece" or changed:
+                series.append((calibrator, cal_column, "tab:orange"))
+            else:
+                series = [(f"uncalibrated (= {calibrator})", metric, "tab:blue")]
+        width = 0.7 / len(series)
+        handles = []
+        for j, (name, column, color) in enumerate(series):
+            offset = (j - (len(series) - 1) / 2) * width
+            ax.boxplot(
+                [values(column, s) for s in severities],
+                positions=np.asarray(severities, dtype=float) + offset,
+                widths=width * 0.85,
+                patch_artist=True,
+                manage_ticks=False,
+                showmeans=True,
+                boxprops={"facecolor": color, "alpha": 0.6},
+                medianprops={"color": "black"},
+                meanprops={"marker": "o", "markerfacecolor": "white",
+                           "markeredgecolor": "black", "markersize": 4},
+                flierprops={"marker": ".", "markersize": 4},
+            )
+            handles.append(Patch(facecolor=color, alpha=0.6, edgecolor="black", label=name))
+        ax.set_xticks(severities)
+        ax.set_xticklabels(["clean" if s == 0 else str(s) for s in severities])
+        ax.set_xlim(min(severities) - 0.6, max(severities) + 0.6)
+        ax.set_xlabel("corruption severity")
+        ax.set_ylabel(label)
+        ax.grid(axis="y", alpha=0.3)
+        location = "upper left" if metric == "ece" else "lower left"
+        ax.legend(handles=handles, fontsize=8, loc=location)
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)
