@@ -17,7 +17,11 @@ import yaml
 
 #: Training hyperparameters a search space may sample or fix (besides the loss parameters).
 TRAIN_KEYS = ("model", "epochs", "batch_size", "lr", "momentum", "weight_decay", "interleaved",
-              "interleave_fraction")
+              "interleave_fraction", "schedule", "milestones", "lr_decay", "warmup_epochs",
+              "nesterov", "mixup_alpha", "cutmix_alpha")
+
+#: Learning-rate schedules of :attr:`RunConfig.schedule`.
+SCHEDULES = ("cosine", "multistep", "constant")
 
 
 @dataclass
@@ -28,15 +32,21 @@ class RunConfig:
         method: loss name in the registry (``ce``, ``ls``, ``focal``, ``flsd``, ``mbls``, ``acls``).
         loss_params: keyword arguments of the loss (``margin``, ``lambda1``, ...).
         dataset: dataset name in :mod:`raysearch.data` (default ``digits``).
-        model: model name in :mod:`raysearch.models` (``cnn`` or ``mlp``).
+        model: model name in :mod:`raysearch.models` (``cnn``, ``resnet20``, ``resnet18``,
+            ``wrn28_10``, ``densenet40``, ..., or ``torchvision:<name>``).
         epochs: number of training epochs (>= 1).
         batch_size: mini-batch size (>= 1).
         lr: SGD learning rate (> 0).
         momentum: SGD momentum in [0, 1).
         weight_decay: L2 weight decay (>= 0).
         seed: seed of the data split, the initialisation and the batch order.
-        val_fraction: share of the data held out for validation, in (0, 1).
-        test_fraction: share of the data held out for test, in (0, 1).
+        val_fraction: share held out for validation, in (0, 1); None means the dataset's
+            default (digits: 0.2 of all samples; datasets with an official test split: 0.1 of
+            the training split, stratified).
+        test_fraction: share held out for test, in (0, 1), for datasets without an official
+            test split (digits: default 0.2); None means the dataset's default.
+        imbalance_ratio: long-tailed training set with n_i = n_max * rho^(-i/(K-1)) samples
+            of class i (Jung et al. App. C, Eq. 16), rho >= 1; None for the full set.
         ece_bins: number of bins of the reported calibration errors (>= 1); not the ``n_bins``
             loss parameter of SB-ECE.
         data_dir: folder of on-disk datasets (unused by ``digits``).
@@ -45,6 +55,18 @@ class RunConfig:
             (soft calibration) objective on that share; needs a ``primary + beta * secondary``
             loss.
         interleave_fraction: held-out share of the training set for interleaving, in (0, 1).
+        schedule: learning-rate schedule, stepped once per epoch: ``cosine`` (to 0 at the last
+            epoch), ``multistep`` (multiply by `lr_decay` at each epoch in `milestones`) or
+            ``constant``.
+        milestones: comma-separated epochs of the ``multistep`` decays, e.g. ``"150,250"``
+            (MbLS App. B: lr 0.1, x0.1 at epochs 150 and 250 of 350); a list is accepted.
+        lr_decay: factor of each ``multistep`` decay, in (0, 1].
+        warmup_epochs: linear warm-up from lr/10 to lr over this many epochs before the
+            schedule (0: none).
+        nesterov: Nesterov momentum.
+        mixup_alpha: MixUp (Zhang et al. 2018) with lambda ~ Beta(alpha, alpha) per batch; 0 off.
+        cutmix_alpha: CutMix (Yun et al. 2019) with lambda ~ Beta(alpha, alpha); 0 off. With
+            both > 0 each batch uses one of the two, chosen with probability 0.5.
     """
 
     method: str = "ce"
@@ -57,12 +79,20 @@ class RunConfig:
     momentum: float = 0.9
     weight_decay: float = 5e-4
     seed: int = 0
-    val_fraction: float = 0.2
-    test_fraction: float = 0.2
+    val_fraction: float | None = None
+    test_fraction: float | None = None
     ece_bins: int = 15
     data_dir: str | None = None
     interleaved: bool = False
     interleave_fraction: float = 0.1
+    imbalance_ratio: float | None = None
+    schedule: str = "cosine"
+    milestones: str = ""
+    lr_decay: float = 0.1
+    warmup_epochs: int = 0
+    nesterov: bool = False
+    mixup_alpha: float = 0.0
+    cutmix_alpha: float = 0.0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -77,15 +107,18 @@ class RunConfig:
             raise ValueError(f"`method` must be a non-empty string, got {self.method!r}")
         if not isinstance(self.loss_params, dict):
             raise ValueError(f"`loss_params` must be a mapping, got {self.loss_params!r}")
-        for name in ("epochs", "batch_size", "seed", "ece_bins"):
+        for name in ("epochs", "batch_size", "seed", "ece_bins", "warmup_epochs"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 if isinstance(value, float) and value.is_integer():
                     setattr(self, name, int(value))
                 else:
                     raise ValueError(f"`{name}` must be an integer, got {value!r}")
-        for name in ("lr", "momentum", "weight_decay", "val_fraction", "test_fraction"):
+        for name in ("lr", "momentum", "weight_decay", "val_fraction", "test_fraction",
+                     "imbalance_ratio", "lr_decay", "mixup_alpha", "cutmix_alpha"):
             value = getattr(self, name)
+            if value is None and name in _OPTIONAL:
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"`{name}` must be a number, got {value!r}")
             if not math.isfinite(value):
@@ -113,13 +146,42 @@ class RunConfig:
         if self.weight_decay < 0:
             raise ValueError(f"`weight_decay` must be >= 0, got {self.weight_decay}")
         for name in ("val_fraction", "test_fraction"):
-            if not 0 < getattr(self, name) < 1:
+            if getattr(self, name) is not None and not 0 < getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be in (0, 1), got {getattr(self, name)}")
+        self._validate_schedule()
+        if self.imbalance_ratio is not None and self.imbalance_ratio < 1:
+            raise ValueError(f"`imbalance_ratio` must be >= 1 (n_max / n_min), "
+                             f"got {self.imbalance_ratio}")
+        for name in ("mixup_alpha", "cutmix_alpha"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"`{name}` must be >= 0 (0 = off), got {getattr(self, name)}")
+        if self.val_fraction is None or self.test_fraction is None:
+            return
         if self.val_fraction + self.test_fraction >= 1:
             raise ValueError(
                 "`val_fraction` + `test_fraction` must be < 1, got "
                 f"{self.val_fraction} + {self.test_fraction}"
             )
+
+    def _validate_schedule(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"`schedule` must be one of {', '.join(SCHEDULES)}, "
+                             f"got {self.schedule!r}")
+        if not isinstance(self.nesterov, bool):
+            raise ValueError(f"`nesterov` must be true or false, got {self.nesterov!r}")
+        if self.nesterov and self.momentum == 0:
+            raise ValueError("`nesterov` needs `momentum` > 0")
+        if self.warmup_epochs < 0:
+            raise ValueError(f"`warmup_epochs` must be >= 0, got {self.warmup_epochs}")
+        if not 0 < self.lr_decay <= 1:
+            raise ValueError(f"`lr_decay` must be in (0, 1], got {self.lr_decay}")
+        self.milestones = _milestones_text(self.milestones)
+        if self.schedule == "multistep" and not self.milestones:
+            raise ValueError("`schedule: multistep` needs `milestones`, e.g. \"150,250\"")
+
+    def milestone_epochs(self) -> list[int]:
+        """The ``multistep`` decay epochs as ints (empty when none)."""
+        return [int(part) for part in self.milestones.split(",") if part]
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python dict (YAML/JSON-safe) of every field."""
@@ -170,6 +232,39 @@ class RunConfig:
             return cls.from_dict(data)
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from None
+
+
+#: Fields that may be None (meaning: the dataset's default, or off).
+_OPTIONAL = frozenset({"val_fraction", "test_fraction", "imbalance_ratio"})
+
+
+def _milestones_text(value: Any) -> str:
+    """``"150,250"`` from a string, an int or a list of ints; ValueError otherwise."""
+    if value is None or value == "":
+        return ""
+    if isinstance(value, bool):
+        raise ValueError(f"`milestones` must be epochs like \"150,250\", got {value!r}")
+    if isinstance(value, int):
+        parts: list[Any] = [value]
+    elif isinstance(value, str):
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+    elif isinstance(value, (list, tuple)):
+        parts = list(value)
+    else:
+        raise ValueError(f"`milestones` must be epochs like \"150,250\", got {value!r}")
+    epochs = []
+    for part in parts:
+        try:
+            epoch = int(part)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"`milestones` must be epochs like \"150,250\", got {value!r}") from None
+        if isinstance(part, float) and not part.is_integer() or epoch < 1:
+            raise ValueError(f"`milestones` must be positive integer epochs, got {value!r}")
+        epochs.append(epoch)
+    if epochs != sorted(set(epochs)):
+        raise ValueError(f"`milestones` must be increasing, got {value!r}")
+    return ",".join(str(e) for e in epochs)
 
 
 def _plain(value: Any) -> Any:

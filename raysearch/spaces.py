@@ -394,13 +394,16 @@ def _parse_train(raw: Any, label: str) -> dict[str, _Spec]:
             raise SpaceError(
                 f"{where}: unknown training key {key!r}; allowed: {', '.join(TRAIN_KEYS)}"
             )
-        spec = _parse_spec(value, where, expect_float=key in _FLOAT_TRAIN_KEYS)
+        train[key] = _parse_spec(value, where, expect_float=key in _FLOAT_TRAIN_KEYS)
+    # each value is checked together with the other keys' low ends: some keys only make sense
+    # together (`schedule: multistep` needs `milestones`)
+    for key, spec in train.items():
+        others = {k: s.end("low") for k, s in train.items() if k != key}
         for candidate in spec.candidates():
             try:
-                RunConfig(**{key: candidate})
+                RunConfig(**{**others, key: candidate})
             except (ValueError, TypeError) as exc:
-                raise SpaceError(f"{where}: {_one_line(exc)}") from None
-        train[key] = spec
+                raise SpaceError(f"{label}: train.{key}: {_one_line(exc)}") from None
     return train
 
 
@@ -579,6 +582,14 @@ class SearchSpace:
         data = {"method": method, "loss_params": loss_params, **train, **rest}
         data.update({k: v for k, v in overrides.items() if v is not None})
         return RunConfig.from_dict(data)
+
+    def train_values(self, key: str) -> tuple[Any, ...]:
+        """Values a training key can take in this space (empty: left at its default).
+
+        The fixed value, both ends of a range or every choice.
+        """
+        spec = self._train.get(key)
+        return () if spec is None else spec.candidates()
 
     def plain_params(self, flat: Mapping[str, Any]) -> dict[str, Any]:
         """Sampled and fixed hyperparameters under plain names, as MLflow logs them.

@@ -2,21 +2,41 @@
 
 :func:`fit` trains ``cfg.model`` on ``cfg.dataset`` with the loss ``cfg.method``:
 
-- **Optimiser**: SGD with ``cfg.lr``, ``cfg.momentum`` and ``cfg.weight_decay`` (weight decay on
-  every parameter, biases included).
-- **Schedule**: ``CosineAnnealingLR(T_max=cfg.epochs, eta_min=0)`` stepped once per epoch, so
-  epoch e (1-based) trains at ``lr * (1 + cos(pi * (e - 1) / epochs)) / 2``.
+- **Optimiser**: SGD with ``cfg.lr``, ``cfg.momentum``, ``cfg.weight_decay`` (on every
+  parameter, biases included) and ``cfg.nesterov``.
+- **Schedule** (a ``LambdaLR`` stepped once per epoch; epoch e, 1-based, trains at
+  ``lr * factor(e - 1)``): ``cosine`` (default): ``(1 + cos(pi * (e - 1 - W) / (epochs - W))) / 2``
+  after W = ``cfg.warmup_epochs`` warm-up epochs; ``multistep``: ``lr_decay ** #{m in milestones:
+  m < e}`` (MbLS App. B: x0.1 after epochs 150 and 250); ``constant``: 1. Warm-up epochs
+  e <= W train at ``0.1 + 0.9 * (e - 1) / W`` of the schedule's value.
 - **Batches**: the training split is reshuffled every epoch into mini-batches of
   ``cfg.batch_size`` (the last one may be smaller). The order of epoch e comes from a
   ``torch.Generator`` seeded with ``(cfg.seed, e)``, so it does not depend on earlier epochs and
-  a resumed run sees the same batches as an uninterrupted one.
+  a resumed run sees the same batches as an uninterrupted one; augmentation draws from a second
+  generator seeded from the same pair.
+- **Data**: a ``TensorDataset`` (digits) is moved to `device` once and batched by indexing; an
+  in-memory image set (:class:`~raysearch.data.images.ImageTensorDataset`: CIFAR, SVHN, MNIST,
+  ...) is moved to `device` once as uint8 and each batch is gathered, augmented (random crop +
+  flip) and normalised there, so the GPU never waits for a loader; any other map-style dataset
+  (ImageFolder trees) goes through a ``DataLoader`` with `num_workers` worker processes, pinned
+  memory on CUDA and non-blocking copies.
+- **Precision** (`precision`): ``"bf16"`` runs the training forward pass under
+  ``torch.autocast(dtype=bfloat16)``; ``"fp32"`` does not; ``"auto"`` (default) is bf16 on CUDA
+  and fp32 on the CPU. The loss is always computed in float32 on float32 logits (outside
+  autocast), and validation/test logits are always computed in float32, so the reported
+  calibration does not depend on the precision. On CUDA the model and its inputs are
+  channels-last.
+- **MixUp / CutMix** (``cfg.mixup_alpha``, ``cfg.cutmix_alpha`` > 0; torchvision.transforms.v2,
+  one lambda per batch): the batch is mixed with a permutation of itself and the objective is
+  ``lam * loss(logits, y) + (1 - lam) * loss(logits, y_partner)``, which for cross-entropy is
+  the soft-label loss and works for every loss in the registry.
 - **Per epoch**: after training, the validation split is evaluated (``val_*`` metrics from
   :func:`raysearch.metrics.calibration_summary`) and ``on_epoch(epoch, metrics, state)`` is
   called. After the last epoch the test split is evaluated once (``test_*``).
-- **Divergence**: every batch's loss is checked with ``torch.isfinite`` before the backward pass
-  (one host sync per batch on GPU); a NaN/inf raises :class:`DivergedError` at once.
-- **Data**: the splits are in memory; their tensors are moved to `device` once and batched by
-  indexing (no ``DataLoader`` workers).
+- **Divergence**: on the CPU every batch's loss is checked with ``torch.isfinite`` before the
+  backward pass; on CUDA the check is kept on the device (no host sync per batch) and read
+  every 50 batches and at the end of the epoch; a NaN/inf raises :class:`DivergedError` naming
+  the first bad batch.
 - **Objectness losses**: when the built loss has the class attribute ``needs_objectness = True``
   (``als``), every epoch trains on freshly augmented crops of the training split with their
   objectness (:func:`raysearch.data.objectness.objectness_train_set`; digits: the ink box of
@@ -42,8 +62,10 @@ non-deterministic kernels; this module does not change global determinism flags.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
+import math
 import random
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -67,6 +89,12 @@ SUMMARY_KEYS = ("accuracy", "ece", "aece", "cece", "mce", "nll", "brier")
 
 #: Batch size of validation/test inference.
 EVAL_BATCH_SIZE = 1024
+
+#: Values of `precision` in :func:`fit`.
+PRECISIONS = ("auto", "bf16", "fp32")
+
+#: On CUDA, the device-side divergence flag is read every this many batches.
+_CHECK_EVERY = 50
 
 OnEpoch = Callable[[int, dict[str, float], dict[str, Any]], None]
 
@@ -122,10 +150,12 @@ def fit(
     device: str | torch.device = "cpu",
     data: DatasetSplits | None = None,
     loss: nn.Module | None = None,
+    precision: str = "auto",
+    num_workers: int = 0,
 ) -> TrainResult:
     """Train one configuration and evaluate it on validation (every epoch) and test (at the end).
 
-    See the module docstring for the optimiser, schedule, batching and seeding.
+    See the module docstring for the optimiser, schedule, batching, precision and seeding.
 
     Args:
         cfg (RunConfig): the run: method and loss parameters, dataset, model, SGD settings, seed.
@@ -136,30 +166,45 @@ def fit(
             ``None``.
         resume (dict, optional): a ``state`` received by ``on_epoch`` (or loaded from its
             checkpoint); training continues at epoch ``state["epoch"] + 1``. Defaults to ``None``.
-        device (str | torch.device, optional): where to train. Defaults to ``"cpu"``.
+        device (str | torch.device, optional): where to train (``"cpu"``, ``"cuda"``,
+            ``"cuda:1"``). Defaults to ``"cpu"``.
         data (DatasetSplits, optional): preloaded splits; when ``None`` they are loaded with
             ``load_dataset(cfg.dataset, seed=cfg.seed, ...)``. Defaults to ``None``.
         loss (nn.Module, optional): the objective to train with instead of
             ``build_loss(cfg.method, **cfg.loss_params)`` (e.g. a custom loss object in a
             notebook). Defaults to ``None``.
+        precision (str, optional): ``"auto"`` (bf16 autocast on CUDA, fp32 on the CPU),
+            ``"bf16"`` or ``"fp32"``; the training forward pass only. Defaults to ``"auto"``.
+        num_workers (int, optional): ``DataLoader`` worker processes for datasets that are
+            read from files (ImageFolder trees); in-memory datasets need none. Defaults to ``0``.
 
     Returns:
         TrainResult: final metrics, the model, and validation/test logits and labels.
 
     Raises:
-        DivergedError: as soon as a batch's training loss is NaN or infinite, or if the
-            model's validation/test logits are (the last step of an epoch blew the weights up).
-        ValueError: on an unknown dataset, model or loss, or a `resume` state without ``epoch``;
-            for an objectness loss on a dataset without object annotations; for interleaved
-            training with a loss that is not a primary + secondary objective ("interleaved
-            training needs a primary + secondary objective ..."), with ``interleave_fraction``
-            outside (0, 1), or a training split too small to hold out a stratified part.
+        DivergedError: as soon as a batch's training loss is NaN or infinite (on CUDA: within
+            50 batches), or if the model's validation/test logits are (the last step of an
+            epoch blew the weights up).
+        ValueError: on an unknown dataset, model, loss or precision, a negative `num_workers`,
+            or a `resume` state without ``epoch``; for an objectness loss on a dataset without
+            object annotations; for MixUp/CutMix combined with an objectness loss or
+            interleaved training; for interleaved training with a loss that is not a primary +
+            secondary objective ("interleaved training needs a primary + secondary objective
+            ..."), with ``interleave_fraction`` outside (0, 1), or a training split too small to
+            hold out a stratified part.
     """
     from raysearch.data import load_dataset
     from raysearch.losses import build_loss
     from raysearch.models import build_model
 
     device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {str(device)!r} was asked for but no CUDA GPU is visible")
+    if precision not in PRECISIONS:
+        raise ValueError(f"`precision` must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+        raise ValueError(f"`num_workers` must be an int >= 0, got {num_workers!r}")
+    amp = _Amp(device, precision)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)
     torch.manual_seed(cfg.seed)
@@ -171,9 +216,12 @@ def fit(
             val_fraction=cfg.val_fraction,
             test_fraction=cfg.test_fraction,
             data_dir=cfg.data_dir,
+            imbalance_ratio=cfg.imbalance_ratio,
         )
     model = build_model(cfg.model, num_classes=data.num_classes, input_shape=data.input_shape)
     model.to(device)
+    if amp.channels_last:
+        model.to(memory_format=torch.channels_last)
     if loss is None:
         loss = build_loss(cfg.method, **cfg.loss_params)
     loss_fn = loss.to(device)
@@ -182,10 +230,16 @@ def fit(
     if interleaved:
         _check_interleavable(loss_fn, cfg.method, needs_objectness)
         fraction = _interleave_fraction(cfg)
+    mixer = _make_mixer(cfg, data.num_classes)
+    if mixer is not None and (needs_objectness or interleaved):
+        what = "an objectness loss" if needs_objectness else "interleaved training"
+        raise ValueError(f"MixUp/CutMix (mixup_alpha/cutmix_alpha > 0) cannot be combined with "
+                         f"{what} (method {cfg.method!r})")
     optimizer = torch.optim.SGD(
-        model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+        model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
+        nesterov=bool(getattr(cfg, "nesterov", False)),
     )
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.epochs)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg))
 
     start_epoch = 1
     metrics: dict[str, float] = {}
@@ -208,50 +262,43 @@ def fit(
             data, seed=cfg.seed, context_fraction=context_fraction
         )
     else:
-        train_x, train_y = _to_device(data.train, device)
+        train_source = _Source(data.train, device, num_workers=num_workers)
     if interleaved:
-        majority, held_out = _interleave_split(train_y.cpu().numpy(), fraction, cfg.seed)
-        majority, held_out = majority.to(device), held_out.to(device)
-    val_x, val_y = _to_device(data.val, device)
+        majority, held_out = _interleave_split(train_source.labels().cpu().numpy(), fraction,
+                                               cfg.seed)
+    val_source = _Source(data.val, device, num_workers=num_workers)
 
     val_logits = None
     for epoch in range(start_epoch, cfg.epochs + 1):
         generator = torch.Generator().manual_seed(_epoch_seed(cfg.seed, epoch))
+        augment = torch.Generator().manual_seed(_epoch_seed(cfg.seed, epoch) ^ _AUGMENT_SALT)
         model.train()
+        guard = _Guard(device, optimizer, epoch)
         if objectness_set is not None:
             x, y, objectness, context = objectness_set.epoch_tensors(epoch)
             side = {"objectness": objectness.to(device)}
             if objectness_set.context_fraction > 0:
                 side["context"] = context.to(device)
+            source = _Source(TensorDataset(x, y), device)
+            order = torch.randperm(len(y), generator=generator)
             metrics = _train_epoch(
-                model,
-                loss_fn,
-                optimizer,
-                x.to(device),
-                y.to(device),
-                cfg.batch_size,
-                generator,
-                epoch,
-                side=side,
+                model, loss_fn, guard, source.batches(order, cfg.batch_size, augment), len(y),
+                amp, side=side,
             )
         elif interleaved:
             metrics = _train_epoch_interleaved(
-                model,
-                loss_fn,
-                optimizer,
-                train_x,
-                train_y,
-                (majority, held_out),
-                cfg.batch_size,
-                generator,
-                epoch,
+                model, loss_fn, guard, train_source, (majority, held_out), cfg.batch_size,
+                generator, augment, amp,
             )
         else:
+            order = torch.randperm(train_source.n, generator=generator)
             metrics = _train_epoch(
-                model, loss_fn, optimizer, train_x, train_y, cfg.batch_size, generator, epoch
+                model, loss_fn, guard, train_source.batches(order, cfg.batch_size, augment),
+                train_source.n, amp, mixer=mixer,
             )
+        guard.check()
         scheduler.step()
-        val_logits = _predict(model, val_x, EVAL_BATCH_SIZE)
+        val_logits, val_y = _predict_source(model, val_source, amp)
         metrics.update(_summary(val_logits, val_y, "val", cfg.ece_bins, f"after epoch {epoch}"))
         if on_epoch is not None:
             state = {
@@ -265,11 +312,11 @@ def fit(
 
     epochs_completed = max(cfg.epochs, start_epoch - 1)
     if val_logits is None:  # resumed after the last epoch: nothing trained, evaluate again
-        val_logits = _predict(model, val_x, EVAL_BATCH_SIZE)
+        val_logits, val_y = _predict_source(model, val_source, amp)
         after = f"resumed after epoch {start_epoch - 1}"
         metrics.update(_summary(val_logits, val_y, "val", cfg.ece_bins, after))
-    test_x, test_y = _to_device(data.test, device)
-    test_logits = _predict(model, test_x, EVAL_BATCH_SIZE)
+    test_logits, test_y = _predict_source(
+        model, _Source(data.test, device, num_workers=num_workers), amp)
     after = f"after epoch {epochs_completed}"
     metrics.update(_summary(test_logits, test_y, "test", cfg.ece_bins, after))
     model.eval()
@@ -284,22 +331,52 @@ def fit(
     )
 
 
+def lr_factor(cfg: RunConfig) -> Callable[[int], float]:
+    """The schedule of `cfg` as ``factor(i)``: epoch ``i + 1`` trains at ``cfg.lr * factor(i)``.
+
+    See the module docstring (cosine / multistep / constant, linear warm-up from 0.1).
+    """
+    epochs = cfg.epochs
+    warmup = int(getattr(cfg, "warmup_epochs", 0))
+    schedule = getattr(cfg, "schedule", "cosine")
+    milestones = cfg.milestone_epochs() if hasattr(cfg, "milestone_epochs") else []
+    decay = float(getattr(cfg, "lr_decay", 0.1))
+
+    def factor(i: int) -> float:
+        if schedule == "cosine":
+            span = max(epochs - warmup, 1)
+            value = (1 + math.cos(math.pi * max(i - warmup, 0) / span)) / 2
+        elif schedule == "multistep":
+            value = decay ** sum(1 for m in milestones if m <= i)
+        else:
+            value = 1.0
+        if i < warmup:
+            value *= 0.1 + 0.9 * i / warmup
+        return value
+
+    return factor
+
+
 def evaluate(
     model: nn.Module,
     dataset: Dataset,
     *,
     batch_size: int = EVAL_BATCH_SIZE,
     device: str | torch.device = "cpu",
+    num_workers: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Logits and labels of `model` on `dataset`, in eval mode under ``torch.inference_mode``.
 
-    The model's train/eval mode is restored afterwards.
+    Computed in float32; the model's train/eval mode is restored afterwards.
 
     Args:
         model (nn.Module): maps (N, C, H, W) inputs to (N, K) logits; must already be on `device`.
-        dataset (Dataset): a ``TensorDataset`` (x, y) or any dataset of ``(x, y)`` pairs.
+        dataset (Dataset): a ``TensorDataset`` (x, y), an in-memory image set, or any dataset of
+            ``(x, y)`` pairs.
         batch_size (int, optional): inference batch size (>= 1). Defaults to ``1024``.
         device (str | torch.device, optional): where inputs are sent. Defaults to ``"cpu"``.
+        num_workers (int, optional): ``DataLoader`` workers for file-backed datasets.
+            Defaults to ``0``.
 
     Returns:
         tuple[np.ndarray, np.ndarray]: logits float32 (N, K) and labels int64 (N,), in dataset
@@ -311,108 +388,240 @@ def evaluate(
     if batch_size < 1:
         raise ValueError(f"`batch_size` must be >= 1, got {batch_size}")
     device = torch.device(device)
-    if isinstance(dataset, TensorDataset):
-        x, y = _to_device(dataset, device)
-        logits = _predict(model, x, batch_size)
-        return _numpy_logits(logits), y.cpu().numpy().astype(np.int64)
-    was_training = model.training
-    model.eval()
-    outputs, labels = [], []
-    try:
-        with torch.inference_mode():
-            for xb, yb in DataLoader(dataset, batch_size=batch_size, shuffle=False):
-                outputs.append(model(xb.to(device)).float().cpu())
-                labels.append(torch.as_tensor(yb))
-    finally:
-        model.train(was_training)
-    return (
-        _numpy_logits(torch.cat(outputs)),
-        torch.cat(labels).numpy().astype(np.int64),
-    )
+    source = _Source(dataset, device, num_workers=num_workers)
+    logits, labels = _predict_source(model, source, _Amp(device, "fp32"), batch_size)
+    return _numpy_logits(logits), labels.cpu().numpy().astype(np.int64)
+
+
+#: Mixed into the epoch seed for the augmentation generator (independent of the batch order).
+_AUGMENT_SALT = 0x5EED_A5A5
+
+
+class _Amp:
+    """Autocast and memory-format settings of one run."""
+
+    def __init__(self, device: torch.device, precision: str) -> None:
+        self.device = device
+        self.bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
+        self.channels_last = device.type == "cuda"
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if not self.bf16:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+
+    def prepare(self, x: Tensor) -> Tensor:
+        if self.channels_last and x.ndim == 4:
+            return x.contiguous(memory_format=torch.channels_last)
+        return x
+
+
+class _Source:
+    """One split as batches on the training device (see the module docstring, **Data**)."""
+
+    def __init__(self, dataset: Dataset, device: torch.device, *, num_workers: int = 0) -> None:
+        self.dataset = dataset
+        self.device = device
+        self.num_workers = num_workers
+        self.n = len(dataset)  # type: ignore[arg-type]
+        if isinstance(dataset, TensorDataset):
+            self.kind = "tensor"
+            self.x, self.y = _to_device(dataset, device)
+        elif callable(getattr(dataset, "batch", None)) and callable(getattr(dataset, "to", None)):
+            self.kind = "images"
+            self.images = dataset.to(device)
+        else:
+            self.kind = "loader"
+
+    def labels(self) -> Tensor:
+        """All labels, int64 (N,), in dataset order."""
+        if self.kind == "tensor":
+            return self.y
+        if self.kind == "images":
+            return self.images.labels
+        labels = getattr(self.dataset, "labels", None)
+        if labels is None:
+            labels = [self.dataset[i][1] for i in range(self.n)]
+        return torch.as_tensor(np.asarray(labels), dtype=torch.int64)
+
+    def batches(
+        self, order: Tensor, batch_size: int, augment: torch.Generator | None
+    ) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
+        """``(x, y, index)`` on the device for consecutive chunks of `order` (CPU int64)."""
+        if self.kind == "loader":
+            yield from self._loader_batches(order, batch_size, augment)
+            return
+        for index in torch.split(order.to(self.device), batch_size):
+            if self.kind == "tensor":
+                yield self.x[index], self.y[index], index
+            else:
+                xb, yb = self.images.batch(index, generator=augment)
+                yield xb, yb, index
+
+    def _loader_batches(
+        self, order: Tensor, batch_size: int, augment: torch.Generator | None
+    ) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
+        cuda = self.device.type == "cuda"
+        loader = DataLoader(
+            self.dataset,
+            batch_size=batch_size,
+            sampler=order.tolist(),
+            num_workers=self.num_workers,
+            pin_memory=cuda,
+            generator=augment,
+        )
+        for (xb, yb), index in zip(loader, torch.split(order, batch_size), strict=True):
+            yield (
+                xb.to(self.device, non_blocking=cuda),
+                torch.as_tensor(yb).to(self.device, dtype=torch.int64, non_blocking=cuda),
+                index.to(self.device),
+            )
+
+
+class _Guard:
+    """Divergence check of one epoch: at once on the CPU, on the device (no sync) on CUDA."""
+
+    def __init__(self, device: torch.device, optimizer: torch.optim.Optimizer, epoch: int) -> None:
+        self.deferred = device.type == "cuda"
+        self.optimizer = optimizer
+        self.epoch = epoch
+        self.first_bad = torch.full((), -1, dtype=torch.int64, device=device)
+
+    def step(self, loss: Tensor, batch: int, note: str = "") -> None:
+        """Check the loss (or record it), then one backward pass and optimizer step."""
+        if not self.deferred:
+            if not torch.isfinite(loss):
+                self._raise(f"{loss.item()}", batch, note)
+        else:
+            bad = ~torch.isfinite(loss.detach()) & (self.first_bad < 0)
+            self.first_bad = torch.where(bad, batch, self.first_bad)
+            if batch % _CHECK_EVERY == 0:
+                self.check(note)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+
+    def check(self, note: str = "") -> None:
+        """Raise DivergedError if a recorded loss was not finite (one host sync on CUDA)."""
+        if self.deferred and int(self.first_bad.item()) >= 0:
+            self._raise("not finite", int(self.first_bad.item()), note)
+
+    def _raise(self, what: str, batch: int, note: str) -> None:
+        lr = self.optimizer.param_groups[0]["lr"]
+        raise DivergedError(
+            f"training loss is {what} at epoch {self.epoch}, batch {batch} ({note}lr={lr:g})"
+        )
+
+
+def _make_mixer(
+    cfg: RunConfig, num_classes: int
+) -> Callable[[Tensor, Tensor], tuple[Tensor, Tensor, Tensor]] | None:
+    """MixUp/CutMix from torchvision.transforms.v2 as ``mix(x, y) -> (x_mixed, lam, y_partner)``.
+
+    torchvision returns soft labels ``lam * onehot(y) + (1 - lam) * onehot(y_partner)``; `lam` is
+    the smallest own-label weight in the batch (every sample whose partner has another class
+    carries exactly lam) and `y_partner` the class holding the rest.
+    """
+    mixup = float(getattr(cfg, "mixup_alpha", 0.0))
+    cutmix = float(getattr(cfg, "cutmix_alpha", 0.0))
+    if mixup <= 0 and cutmix <= 0:
+        return None
+    from torchvision.transforms import v2
+
+    parts = []
+    if mixup > 0:
+        parts.append(v2.MixUp(alpha=mixup, num_classes=num_classes))
+    if cutmix > 0:
+        parts.append(v2.CutMix(alpha=cutmix, num_classes=num_classes))
+    transform = parts[0] if len(parts) == 1 else v2.RandomChoice(parts)
+
+    def mix(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        mixed, soft = transform(x, y)
+        lam = soft.gather(1, y[:, None]).min()
+        rest = soft - lam * torch.nn.functional.one_hot(y, num_classes).to(soft.dtype)
+        return mixed, lam, rest.argmax(dim=1)
+
+    return mix
 
 
 def _train_epoch(
     model: nn.Module,
     loss_fn: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    x: Tensor,
-    y: Tensor,
-    batch_size: int,
-    generator: torch.Generator,
-    epoch: int,
+    guard: _Guard,
+    batches: Iterator[tuple[Tensor, Tensor, Tensor]],
+    n: int,
+    amp: _Amp,
     *,
     side: dict[str, Tensor] | None = None,
+    mixer: Callable[[Tensor, Tensor], tuple[Tensor, Tensor, Tensor]] | None = None,
 ) -> dict[str, float]:
-    """One pass over shuffled mini-batches; returns ``train_loss`` and ``train_accuracy``.
+    """One pass over `batches`; returns ``train_loss`` and ``train_accuracy``.
 
     ``side`` holds per-sample keyword inputs of the loss (``objectness``, ``context``), indexed
-    like ``y`` and passed batch by batch.
+    like the dataset and passed batch by batch. With `mixer` the accuracy is against the
+    batch's own (unmixed) labels.
     """
-    n = len(y)
-    loss_sum = torch.zeros((), dtype=torch.float64, device=x.device)
-    correct = torch.zeros((), dtype=torch.int64, device=x.device)
-    for batch, index in enumerate(_batches(n, batch_size, generator, x.device), start=1):
-        xb, yb = x[index], y[index]
-        logits = model(xb)
-        if side:
-            loss = loss_fn(logits, yb, **{key: value[index] for key, value in side.items()})
+    loss_sum = torch.zeros((), dtype=torch.float64, device=amp.device)
+    correct = torch.zeros((), dtype=torch.int64, device=amp.device)
+    for batch, (xb, yb, index) in enumerate(batches, start=1):
+        if mixer is not None:
+            xb, lam, partner = mixer(xb, yb)
+            logits = _forward(model, xb, amp)
+            loss = lam * loss_fn(logits, yb) + (1 - lam) * loss_fn(logits, partner)
         else:
-            loss = loss_fn(logits, yb)
-        _step(loss, optimizer, epoch, batch)
+            logits = _forward(model, xb, amp)
+            if side:
+                loss = loss_fn(logits, yb, **{key: value[index] for key, value in side.items()})
+            else:
+                loss = loss_fn(logits, yb)
+        guard.step(loss, batch)
         loss_sum += loss.detach().double() * len(yb)
         correct += (logits.detach().argmax(dim=1) == yb).sum()
     return {"train_loss": loss_sum.item() / n, "train_accuracy": correct.item() / n}
 
 
+def _forward(model: nn.Module, x: Tensor, amp: _Amp) -> Tensor:
+    """Training forward pass under the run's autocast; float32 logits for the loss."""
+    with amp.autocast():
+        logits = model(amp.prepare(x))
+    return logits.float()
+
+
 def _train_epoch_interleaved(
     model: nn.Module,
     loss_fn: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    x: Tensor,
-    y: Tensor,
-    parts: tuple[Tensor, Tensor],
+    guard: _Guard,
+    source: _Source,
+    parts: tuple[np.ndarray | Tensor, np.ndarray | Tensor],
     batch_size: int,
     generator: torch.Generator,
-    epoch: int,
+    augment: torch.Generator,
+    amp: _Amp,
 ) -> dict[str, float]:
     """One interleaved epoch (App. B): primary on majority batches, then beta * secondary.
 
-    ``parts`` are the (majority, held-out) index tensors into ``x``/``y``. Both parts are
-    reshuffled with ``generator`` (majority first); the batch number in error messages counts
-    through the whole epoch.
+    ``parts`` are the (majority, held-out) index tensors into the training split. Both parts
+    are reshuffled with ``generator`` (majority first); the batch number in error messages
+    counts through the whole epoch.
     """
     n = sum(len(part) for part in parts)
-    loss_sum = torch.zeros((), dtype=torch.float64, device=x.device)
-    correct = torch.zeros((), dtype=torch.int64, device=x.device)
+    loss_sum = torch.zeros((), dtype=torch.float64, device=amp.device)
+    correct = torch.zeros((), dtype=torch.int64, device=amp.device)
     beta = float(loss_fn.beta)
     batch = 0
     for term, part in zip(("primary", "secondary"), parts, strict=True):
-        for local in _batches(len(part), batch_size, generator, x.device):
+        part = torch.as_tensor(part)
+        order = part[torch.randperm(len(part), generator=generator)]
+        for xb, yb, _ in source.batches(order, batch_size, augment):
             batch += 1
-            index = part[local]
-            xb, yb = x[index], y[index]
-            logits = model(xb)
+            logits = _forward(model, xb, amp)
             loss = _term(loss_fn, logits, yb, term)
             if term == "secondary":
                 loss = beta * loss
-            _step(loss, optimizer, epoch, batch, f"{term} step, ")
+            guard.step(loss, batch, f"{term} step, ")
             loss_sum += loss.detach().double() * len(yb)
             correct += (logits.detach().argmax(dim=1) == yb).sum()
     return {"train_loss": loss_sum.item() / n, "train_accuracy": correct.item() / n}
-
-
-def _step(
-    loss: Tensor, optimizer: torch.optim.Optimizer, epoch: int, batch: int, note: str = ""
-) -> None:
-    """Check the loss is finite, then one backward pass and optimizer step."""
-    if not torch.isfinite(loss):
-        lr = optimizer.param_groups[0]["lr"]
-        raise DivergedError(
-            f"training loss is {loss.item()} at epoch {epoch}, batch {batch} ({note}lr={lr:g})"
-        )
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
 
 
 #: Start of the error raised when interleaved training gets a loss without primary/secondary.
@@ -487,14 +696,6 @@ def _interleave_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[T
     return torch.from_numpy(np.sort(majority)), torch.from_numpy(np.sort(held_out))
 
 
-def _batches(
-    n: int, batch_size: int, generator: torch.Generator, device: torch.device
-) -> Iterator[Tensor]:
-    """Index tensors of shuffled mini-batches (same order as a DataLoader with this generator)."""
-    order = torch.randperm(n, generator=generator).to(device)
-    yield from torch.split(order, batch_size)
-
-
 def _epoch_seed(seed: int, epoch: int) -> int:
     """Seed of the batch order of one epoch: a fixed function of (seed, epoch)."""
     return (seed * 1_000_003 + epoch) % 2**63
@@ -510,15 +711,26 @@ def _to_device(dataset: Dataset, device: torch.device) -> tuple[Tensor, Tensor]:
     return x.to(device), y.to(device=device, dtype=torch.int64)
 
 
-def _predict(model: nn.Module, x: Tensor, batch_size: int) -> Tensor:
-    """Logits of `x` in eval mode, without autograd; restores the train/eval mode."""
+def _predict_source(
+    model: nn.Module, source: _Source, amp: _Amp, batch_size: int = EVAL_BATCH_SIZE
+) -> tuple[Tensor, Tensor]:
+    """Float32 logits (N, K) and labels (N,) of a split in eval mode, in dataset order.
+
+    Never under autocast: the reported calibration does not depend on the training precision.
+    Restores the model's train/eval mode.
+    """
     was_training = model.training
     model.eval()
+    order = torch.arange(source.n)
     try:
         with torch.inference_mode():
-            return torch.cat([model(xb) for xb in torch.split(x, batch_size)]).float()
+            logits, labels = [], []
+            for xb, yb, _ in source.batches(order, batch_size, None):
+                logits.append(model(amp.prepare(xb)).float())
+                labels.append(yb)
     finally:
         model.train(was_training)
+    return torch.cat(logits), torch.cat(labels)
 
 
 def _numpy_logits(logits: Tensor) -> np.ndarray:

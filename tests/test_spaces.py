@@ -24,7 +24,8 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 SINGLE = ["ce", "ls", "focal", "flsd", "mbls", "acls", "ecp", "als", "sbece", "savuc", "avuc",
           "avuc_gs", "mmce", "mdca"]
 # training keys every bundled file sets (interleaving is opt-in, left to its default)
-BUNDLED_TRAIN = set(TRAIN_KEYS) - {"model", "interleaved", "interleave_fraction"}
+# the training keys every bundled space sets (the schedule and mixing keys keep their defaults)
+BUNDLED_TRAIN = {"epochs", "batch_size", "lr", "momentum", "weight_decay"}
 
 
 def _ask(space: SearchSpace, seed: int = 0, sampler=None):
@@ -445,3 +446,31 @@ def test_cache_sees_edited_file(tmp_path):
     second = load_space(path)
     assert second is not first
     assert "[0.2, 0.9]" in second.describe()
+
+
+def test_schedule_and_mixing_keys_in_a_space(tmp_path):
+    path = tmp_path / "cifar.yaml"
+    path.write_text(
+        "method: ce\n"
+        "train:\n"
+        "  model: resnet20\n"
+        "  schedule: multistep\n"
+        "  milestones: \"150,250\"   # MbLS App. B\n"
+        "  lr_decay: 0.1\n"
+        "  warmup_epochs: 5\n"
+        "  nesterov: true\n"
+        "  mixup_alpha: {low: 0.0, high: 0.4}\n"
+        "  cutmix_alpha: {choices: [0.0, 1.0]}\n"
+        "  epochs: 350\n")
+    space = load_space(path)
+    config = space.resolve({"method": "ce", "mixup_alpha": 0.2, "cutmix_alpha": 1.0})
+    assert config.milestone_epochs() == [150, 250]
+    assert (config.schedule, config.warmup_epochs, config.nesterov) == ("multistep", 5, True)
+    assert (config.mixup_alpha, config.cutmix_alpha, config.model) == (0.2, 1.0, "resnet20")
+    assert space.train_values("model") == ("resnet20",)
+    assert space.train_values("cutmix_alpha") == (0.0, 1.0)
+    assert space.train_values("lr") == ()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("method: ce\ntrain:\n  schedule: multistep\n  milestones: \"250,150\"\n")
+    with pytest.raises(SpaceError, match=r"train\.\w+: `milestones` must be increasing"):
+        load_space(bad)
