@@ -85,9 +85,34 @@ def tracking_options(func: Callable) -> Callable:
 
 @main.command()
 @click.argument("space")
-@click.option("--dataset", default="digits", show_default=True, help="Dataset name.")
+@click.option("--dataset", default="digits", show_default=True,
+              help="Dataset: digits (bundled), cifar10, cifar100, svhn, mnist, fashion_mnist, "
+                   "tiny_imagenet, imagefolder.")
 @click.option("--data-dir", default=None, type=click.Path(file_okay=False),
-              help="Folder of on-disk datasets (not needed for digits).")
+              help="Folder holding the dataset in its standard layout (not needed for digits).")
+@click.option("--download", is_flag=True,
+              help="Download the dataset into --data-dir if it is missing (never by default).")
+@click.option("--model", default=None,
+              help="Network [default: the space's, else cnn]: resnet20/32/56/110, resnet18/34/"
+                   "50/101, wrn28_10, densenet40, densenet_bc100, cnn, mlp, torchvision:<name>.")
+@click.option("--val-fraction", default=None, type=float,
+              help="Validation share carved (stratified) from the training split "
+                   "[default: 0.1 for datasets with a test split, 0.2 of all for digits].")
+@click.option("--imbalance-ratio", default=None, type=float, metavar="RHO",
+              help="Long-tailed training set: n_i = n_max * RHO^(-i/(K-1)) images of class i.")
+@click.option("--gpus-per-trial", default=0.0, show_default=True, type=float,
+              help="GPUs per trial; fractions share a GPU (0.25: four trials per GPU).")
+@click.option("--cpus-per-trial", default=1.0, show_default=True, type=float,
+              help="CPUs per trial (torch threads on CPU; DataLoader workers = CPUs - 1 for "
+                   "datasets read from image files).")
+@click.option("--precision", default="auto", show_default=True,
+              type=click.Choice(["auto", "bf16", "fp32"]),
+              help="Training forward pass: auto = bf16 autocast on a GPU, fp32 on the CPU.")
+@click.option("--shift-eval", is_flag=True,
+              help="Also evaluate each trial on the test set corrupted by 15 ImageNet-C "
+                   "corruptions at severities 1-5, before and after its post-hoc calibrator.")
+@click.option("--shift-samples", default=1000, show_default=True, type=int,
+              help="Test images (stratified subsample) corrupted for --shift-eval.")
 @click.option("--num-samples", "-n", default=8, show_default=True, type=int,
               help="Number of trials.")
 @click.option("--max-concurrent", default=2, show_default=True, type=int,
@@ -117,7 +142,10 @@ def tracking_options(func: Callable) -> Callable:
               help="Checkpoint every N epochs (0: the last epoch only).")
 @tracking_options
 @friendly_errors
-def sweep(space: str, dataset: str, data_dir: str | None, num_samples: int,
+def sweep(space: str, dataset: str, data_dir: str | None, download: bool, model: str | None,
+          val_fraction: float | None, imbalance_ratio: float | None, gpus_per_trial: float,
+          cpus_per_trial: float, precision: str, shift_eval: bool, shift_samples: int,
+          num_samples: int,
           max_concurrent: int, epochs: int | None, objective: str, sampler: str,
           scheduler: str | None, scheduler_metric: str, tolerance: float, seed: int,
           name: str | None, address: str | None, storage_path: str | None, posthoc: str,
@@ -133,7 +161,10 @@ def sweep(space: str, dataset: str, data_dir: str | None, num_samples: int,
         data_dir=data_dir, seed=seed, name=name, tracking_uri=tracking_uri,
         experiment=experiment, objective=objective, sampler=sampler, scheduler=scheduler,
         scheduler_metric=scheduler_metric, tolerance=tolerance, address=address,
-        storage_path=storage_path, posthoc=_names(posthoc), checkpoint_every=checkpoint_every)
+        storage_path=storage_path, posthoc=_names(posthoc), checkpoint_every=checkpoint_every,
+        model=model, gpus_per_trial=gpus_per_trial, cpus_per_trial=cpus_per_trial,
+        precision=precision, download=download, val_fraction=val_fraction,
+        imbalance_ratio=imbalance_ratio, shift_eval=shift_eval, shift_samples=shift_samples)
     settings.validate()
     loaded = load_space(space)
     result = run_sweep(loaded, settings, progress=_echo)
@@ -152,9 +183,17 @@ def sweep(space: str, dataset: str, data_dir: str | None, num_samples: int,
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--epochs", default=None, type=int, help="Override the config's epochs.")
 @click.option("--name", default=None, help="MLflow run name.")
+@click.option("--data-dir", default=None, type=click.Path(file_okay=False),
+              help="Override the config's data folder (e.g. on another machine).")
+@click.option("--device", default=None,
+              help="cpu, cuda or cuda:N [default: cuda when a GPU is visible, else cpu].")
+@click.option("--precision", default="auto", show_default=True,
+              type=click.Choice(["auto", "bf16", "fp32"]),
+              help="Training forward pass: auto = bf16 autocast on a GPU, fp32 on the CPU.")
 @tracking_options
 @friendly_errors
-def train(config: str, epochs: int | None, name: str | None, tracking_uri: str | None,
+def train(config: str, epochs: int | None, name: str | None, data_dir: str | None,
+          device: str | None, precision: str, tracking_uri: str | None,
           experiment: str) -> None:
     """Train one run from CONFIG (a file written by `raysearch export`) and log it to MLflow."""
     import yaml
@@ -168,6 +207,8 @@ def train(config: str, epochs: int | None, name: str | None, tracking_uri: str |
     if epochs is not None:
         cfg.epochs = epochs
         cfg.validate()
+    if data_dir is not None:
+        cfg.data_dir = str(Path(data_dir).expanduser().resolve())
     from raysearch.losses import build_loss
 
     build_loss(cfg.method, **cfg.loss_params)  # fail fast on bad loss parameters
@@ -180,7 +221,8 @@ def train(config: str, epochs: int | None, name: str | None, tracking_uri: str |
     click.echo(f"training {cfg.method}({hp}) on {cfg.dataset}, {cfg.epochs} epochs, "
                f"seed {cfg.seed}")
     run_id, metrics = train_and_log(cfg, tracking_uri=tracking_uri, experiment=experiment,
-                                    run_name=name, tags=tags, progress=_echo)
+                                    run_name=name, tags=tags, progress=_echo, device=device,
+                                    precision=precision)
     click.echo(_metrics_line(metrics))
     click.echo(f"MLflow run {run_id}")
 

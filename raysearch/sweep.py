@@ -10,6 +10,7 @@ config.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import time
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 import pandas as pd
 import ray
@@ -26,6 +28,7 @@ from ray.tune.schedulers import ASHAScheduler
 from ray.tune.search.optuna import OptunaSearch
 
 from raysearch import tracking
+from raysearch.config import RunConfig
 from raysearch.data import available_datasets
 from raysearch.spaces import SearchSpace, load_space
 from raysearch.trainable import COMPLETED, DIVERGED, run_trial, trial_env
@@ -72,6 +75,17 @@ class SweepSettings:
             its test logits (``test_ece_ts``, ...); empty for none.
         checkpoint_every: a trial checkpoints every n-th epoch (0: the last epoch only); the
             last epoch always carries a checkpoint.
+        model: overrides the space's ``model`` when set (``resnet18``, ``torchvision:<name>``).
+        gpus_per_trial: GPUs reserved per trial; fractions share a GPU (0.25: four trials on
+            one GPU). 0 trains on the CPU.
+        precision: ``auto`` (bf16 autocast on a GPU, fp32 on the CPU), ``bf16`` or ``fp32``.
+        download: let the driver download a missing dataset into `data_dir` before any trial.
+        val_fraction: overrides the dataset's validation share.
+        imbalance_ratio: long-tailed training set (rho >= 1), see RunConfig.
+        shift_eval: evaluate every complete trial on the test set corrupted by the 15
+            ImageNet-C corruptions at severities 1-5 (a subsample of `shift_samples` images,
+            corrupted once by the driver), before and after the first `posthoc` calibrator.
+        shift_samples: test images in the shift evaluation (stratified subsample).
     """
 
     num_samples: int = 8
@@ -94,6 +108,14 @@ class SweepSettings:
     cpus_per_trial: float = 1.0
     posthoc: tuple[str, ...] = ("ts",)
     checkpoint_every: int = 1
+    model: str | None = None
+    gpus_per_trial: float = 0.0
+    precision: str = "auto"
+    download: bool = False
+    val_fraction: float | None = None
+    imbalance_ratio: float | None = None
+    shift_eval: bool = False
+    shift_samples: int = 1000
     extra_overrides: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -121,6 +143,22 @@ class SweepSettings:
             raise ValueError(f"`n_bins` must be >= 1, got {self.n_bins}")
         if self.checkpoint_every < 0:
             raise ValueError(f"`checkpoint_every` must be >= 0, got {self.checkpoint_every}")
+        if not self.gpus_per_trial >= 0:
+            raise ValueError(f"`gpus_per_trial` must be >= 0, got {self.gpus_per_trial}")
+        if self.gpus_per_trial > 1 and not float(self.gpus_per_trial).is_integer():
+            raise ValueError("`gpus_per_trial` above 1 must be a whole number of GPUs, got "
+                             f"{self.gpus_per_trial}")
+        if not self.cpus_per_trial > 0:
+            raise ValueError(f"`cpus_per_trial` must be > 0, got {self.cpus_per_trial}")
+        from raysearch.training import PRECISIONS
+
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown precision '{self.precision}'; "
+                             f"choose from {', '.join(PRECISIONS)}")
+        if self.shift_samples < 1:
+            raise ValueError(f"`shift_samples` must be >= 1, got {self.shift_samples}")
+        if self.shift_eval and not self.posthoc:
+            logger.info("shift evaluation without a post-hoc calibrator: uncalibrated only")
         if self.posthoc:
             from raysearch.calibration import available_calibrators
 
@@ -132,10 +170,18 @@ class SweepSettings:
     def overrides(self) -> dict[str, Any]:
         """RunConfig fields every trial of the sweep shares."""
         out = {"dataset": self.dataset, "seed": self.seed, "ece_bins": self.n_bins,
-               "data_dir": self.data_dir, **self.extra_overrides}
+               "data_dir": _absolute(self.data_dir), **self.extra_overrides}
         if self.epochs is not None:
             out["epochs"] = self.epochs
+        for key in ("model", "val_fraction", "imbalance_ratio"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
         return out
+
+
+def _absolute(path: str | None) -> str | None:
+    """Trials on other nodes or in other working directories need an absolute data path."""
+    return None if path is None else str(Path(path).expanduser().resolve())
 
 
 @dataclass
@@ -215,6 +261,80 @@ def init_ray(address: str | None = None) -> None:
              logging_level=logging.WARNING, runtime_env={"env_vars": trial_env()})
 
 
+def prepare_data(space: SearchSpace, settings: SweepSettings,
+                 say: Callable[[str], None]) -> Any:
+    """Load the sweep's dataset once in the driver (downloading it if asked) and check the model.
+
+    Every trial loads the same splits (same dataset, seed and fractions), so a missing, partial
+    or corrupt dataset, or an unknown model, is reported here in one line before Ray starts.
+
+    Returns:
+        DatasetSplits: the splits; their ``info`` (sizes, split, class counts) goes into the
+        parent run's params.
+
+    Raises:
+        ValueError: (``DatasetError`` included) naming the path and the expected layout, or the
+            unknown model with the known ones.
+    """
+    import torch
+
+    from raysearch.data import load_dataset
+    from raysearch.models import build_model
+
+    if settings.download:
+        say(f"checking {settings.dataset} in {settings.data_dir} (downloading what is missing)")
+    data = load_dataset(settings.dataset, seed=settings.seed, val_fraction=settings.val_fraction,
+                        data_dir=_absolute(settings.data_dir), download=settings.download,
+                        imbalance_ratio=settings.imbalance_ratio)
+    default_model = RunConfig().model
+    if settings.shift_eval and importlib.util.find_spec("imagecorruptions") is None:
+        raise ValueError("--shift-eval needs the image corruptions package: "
+                         "pip install 'raysearch[shift]'")
+    if settings.shift_eval and not callable(getattr(data.test, "with_images", None)):
+        raise ValueError(f"--shift-eval needs an image dataset held in memory (cifar10, "
+                         f"cifar100, svhn, mnist, fashion_mnist, tiny_imagenet), got "
+                         f"'{settings.dataset}'")
+    models = [settings.model] if settings.model else (space.train_values("model")
+                                                      or [default_model])
+    for model in models:
+        with torch.device("meta"):  # names and shapes only: no memory, no initialisation cost
+            build_model(model, num_classes=data.num_classes, input_shape=data.input_shape)
+    return data
+
+
+def check_gpus(settings: SweepSettings) -> None:
+    """Fail in one line when trials ask for GPUs that the Ray cluster does not have."""
+    if not settings.gpus_per_trial:
+        return
+    have = float(ray.cluster_resources().get("GPU", 0))
+    if have >= settings.gpus_per_trial:
+        return
+    where = f"the Ray cluster at {settings.address}" if settings.address else "this machine"
+    message = (f"--gpus-per-trial {settings.gpus_per_trial:g} but {where} has "
+               f"{have:g} GPU; leave --gpus-per-trial out to train on the CPU")
+    if settings.address and have == 0:
+        # an autoscaling cluster may still add GPU nodes: say it, and let Ray wait for them
+        logger.warning("%s (waiting for the autoscaler)", message)
+        return
+    raise ValueError(message)
+
+
+def build_shift(data: Any, settings: SweepSettings, say: Callable[[str], None]) -> Any:
+    """The corrupted test subsample of ``--shift-eval``, built once in the driver."""
+    from raysearch.shift import build_shift_set
+
+    labels = np.asarray(data.test.labels.cpu() if hasattr(data.test.labels, "cpu")
+                        else data.test.labels)
+    say(f"shift evaluation: corrupting {min(settings.shift_samples, len(labels))} test images "
+        "(15 corruptions x 5 severities) once for every trial")
+    return build_shift_set(data.test.images_hwc(), labels, max_samples=settings.shift_samples,
+                           seed=settings.seed, progress=say)
+
+
+def _sizes(data: Any) -> str:
+    return f"{len(data.train)} train / {len(data.val)} val / {len(data.test)} test images"
+
+
 def default_sweep_name(space: SearchSpace) -> str:
     """``<space>-<YYYYmmdd-HHMMSS>``."""
     return f"{space.name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -242,10 +362,13 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
     say = progress or (lambda line: logger.info("%s", line))
     client, uri = tracking.get_client(settings.tracking_uri)
     overrides = settings.overrides()
+    data = prepare_data(space, settings, say)  # bad paths and names fail here, before Ray
 
     name = settings.name or default_sweep_name(space)
     experiment_id = tracking.ensure_experiment(client, settings.experiment, uri)
     metric, mode = OBJECTIVES[settings.objective]
+    init_ray(settings.address)
+    check_gpus(settings)
     parent = client.create_run(experiment_id, run_name=name,
                                tags={tracking.SWEEP_TAG: name, "raysearch.space": space.name})
     parent_id = parent.info.run_id
@@ -257,16 +380,22 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
         "scheduler": settings.scheduler or "none", "tolerance": settings.tolerance,
         "posthoc": ",".join(settings.posthoc) or "none",
         "selection_rule": f"lowest val_ece within {settings.tolerance} of the best val_accuracy",
+        "model": settings.model or "space", "gpus_per_trial": settings.gpus_per_trial,
+        "cpus_per_trial": settings.cpus_per_trial, "precision": settings.precision,
+        **{f"data_{k}": v for k, v in data.info.items()},
     })
+    gpu = f", {settings.gpus_per_trial:g} GPU per trial" if settings.gpus_per_trial else ""
     say(f"sweep {name}: {settings.num_samples} trials of space '{space.name}' on "
-        f"{settings.dataset}, objective {settings.objective}, sampler {settings.sampler}; "
-        f"MLflow {uri} (experiment '{settings.experiment}')")
+        f"{settings.dataset} ({_sizes(data)}){gpu}, objective {settings.objective}, sampler "
+        f"{settings.sampler}; MLflow {uri} (experiment '{settings.experiment}')")
 
     start = time.monotonic()
     status = "FAILED"
     callback = None
     try:
-        init_ray(settings.address)
+        shift_set = None
+        if settings.shift_eval:
+            shift_set = build_shift(data, settings, say)
         # a conditional space (all.yaml) first gives every method one trial, in file order, so
         # that each method is on the board before the sampler concentrates on the good ones
         warm_start = [{"method": m} for m in space.methods] if space.conditional else None
@@ -284,11 +413,16 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
             client, experiment_id, parent_id, name, space, overrides, progress=say,
             total=settings.num_samples)
         storage = settings.storage_path or str(Path("~/ray_results").expanduser())
+        resources = {"cpu": settings.cpus_per_trial}
+        if settings.gpus_per_trial:
+            resources["gpu"] = settings.gpus_per_trial
         trainable = tune.with_resources(
             tune.with_parameters(run_trial, space=space, overrides=overrides,
                                  posthoc=tuple(settings.posthoc),
-                                 checkpoint_every=settings.checkpoint_every),
-            {"cpu": settings.cpus_per_trial})
+                                 checkpoint_every=settings.checkpoint_every,
+                                 precision=settings.precision,
+                                 cpus_per_trial=settings.cpus_per_trial, shift_set=shift_set),
+            resources)
         tuner = tune.Tuner(
             trainable,
             tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler,

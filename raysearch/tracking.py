@@ -8,6 +8,7 @@ SQLite store at once race on its migrations).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -34,7 +35,7 @@ from raysearch import plots
 from raysearch.config import RunConfig
 from raysearch.selection import selection_table
 from raysearch.spaces import SearchSpace
-from raysearch.trainable import COMPLETED, DIVERGED, LOGITS_FILE, RELIABILITY
+from raysearch.trainable import ARTIFACT_FILES, COMPLETED, DIVERGED, LOGITS_FILE, RELIABILITY
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ COMPLETE_TAG = "raysearch.complete"
 TRIAL_TAG = "raysearch.trial_id"
 PARENT_TAG = "mlflow.parentRunId"
 DEFAULT_EXPERIMENT = "raysearch"
-METRIC_PREFIXES = ("train_", "val_", "test_")
+METRIC_PREFIXES = ("train_", "val_", "test_", "shift_")
 
 
 def default_tracking_uri() -> str:
@@ -133,7 +134,16 @@ def run_params(cfg: RunConfig) -> dict[str, Any]:
     if cfg.interleaved:
         params["interleaved"] = True
         params["interleave_fraction"] = cfg.interleave_fraction
+    # the rest only where it differs from the default, so digits runs keep their short list
+    for key in ("val_fraction", "test_fraction", "imbalance_ratio", "schedule", "milestones",
+                "lr_decay", "warmup_epochs", "nesterov", "mixup_alpha", "cutmix_alpha"):
+        value = getattr(cfg, key)
+        if value != _RUN_DEFAULTS[key]:
+            params[key] = value
     return params
+
+
+_RUN_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
 
 
 def log_params(client: MlflowClient, run_id: str, params: dict[str, Any]) -> None:
@@ -283,8 +293,9 @@ class MlflowSweepCallback(tune.Callback):
             if checkpoint is not None:
                 try:
                     with checkpoint.as_directory() as d:
-                        if (Path(d) / LOGITS_FILE).is_file():
-                            self.client.log_artifact(run_id, str(Path(d) / LOGITS_FILE))
+                        for name in ARTIFACT_FILES:
+                            if (Path(d) / name).is_file():
+                                self.client.log_artifact(run_id, str(Path(d) / name))
                 except Exception as exc:  # never lose the run over an artifact
                     logger.warning("logits of %s not attached: %s", tid, exc)
             if complete and isinstance(result.get(RELIABILITY), dict):
@@ -547,8 +558,12 @@ def best_config_document(best: pd.Series, parent: Any) -> dict[str, Any]:
 def train_and_log(cfg: RunConfig, *, tracking_uri: str | None = None,
                   experiment: str = DEFAULT_EXPERIMENT, run_name: str | None = None,
                   tags: dict[str, str] | None = None,
-                  progress: Callable[[str], None] | None = None) -> tuple[str, dict[str, float]]:
+                  progress: Callable[[str], None] | None = None, device: str | None = None,
+                  precision: str = "auto") -> tuple[str, dict[str, float]]:
     """Train one RunConfig in this process (one torch thread) and log it as an MLflow run.
+
+    `device` defaults to ``cuda`` when a GPU is visible, else ``cpu``; `precision` as in
+    :func:`raysearch.training.fit`.
 
     Params, per-epoch ``train_*``/``val_*`` metrics (``step=epoch``), the test metrics and a
     reliability diagram are logged; the run ends FINISHED, or FAILED if training raises.
@@ -581,7 +596,9 @@ def train_and_log(cfg: RunConfig, *, tracking_uri: str | None = None,
                      f" ECE {100 * metrics['val_ece']:.2f}%")
 
     try:
-        result = fit(cfg, on_epoch=on_epoch)
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        result = fit(cfg, on_epoch=on_epoch, device=device, precision=precision)
     except BaseException as exc:
         client.set_tag(run_id, "raysearch.error", str(exc)[:4000])
         client.set_terminated(run_id, "FAILED")

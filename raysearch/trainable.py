@@ -21,6 +21,7 @@ import torch
 from ray import tune
 
 from raysearch.config import RunConfig
+from raysearch.data import load_dataset
 from raysearch.metrics import reliability_bins, softmax
 from raysearch.posthoc import Outputs, calibrate_outputs, write_outputs_parquet
 from raysearch.spaces import SearchSpace
@@ -34,6 +35,12 @@ DIVERGED = "diverged"
 RELIABILITY = "test_reliability"
 #: Parquet file (in the final checkpoint and the MLflow run) with val/test logits and labels.
 LOGITS_FILE = "logits.parquet"
+#: Dataset-shift results (``--shift-eval``): a table and a plot, in the final checkpoint and
+#: the MLflow run.
+SHIFT_TABLE = "shift.csv"
+SHIFT_PLOT = "shift.png"
+#: Files of the final checkpoint that the tracking callback attaches to the trial's run.
+ARTIFACT_FILES = (LOGITS_FILE, SHIFT_TABLE, SHIFT_PLOT)
 _CKPT_FILE = "state.pt"
 
 
@@ -41,8 +48,26 @@ def _nan_to_none(values: Any) -> list[Any]:
     return [None if (isinstance(v, float) and math.isnan(v)) else v for v in values]
 
 
+def trial_device() -> torch.device:
+    """``cuda`` when this process sees a GPU, else ``cpu``.
+
+    Ray sets ``CUDA_VISIBLE_DEVICES`` to the trial's share; a trial that asked for none sees none.
+    """
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def loader_workers(cpus_per_trial: float) -> int:
+    """DataLoader workers of a trial with `cpus_per_trial` CPUs (0 for one CPU or less).
+
+    One CPU runs the training loop, the rest load image files.
+    """
+    return max(int(math.floor(cpus_per_trial)) - 1, 0)
+
+
 def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str, Any],
-              posthoc: tuple[str, ...] = ("ts",), checkpoint_every: int = 1) -> None:
+              posthoc: tuple[str, ...] = ("ts",), checkpoint_every: int = 1,
+              precision: str = "auto", cpus_per_trial: float = 1.0,
+              shift_set: Any = None) -> None:
     """Tune function trainable: train one configuration and report to Tune.
 
     After the last epoch the post-hoc calibrators named in `posthoc` are fitted on the
@@ -60,19 +85,28 @@ def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str
         posthoc: calibrator names of :func:`raysearch.calibration.fit_calibrator` (may be empty).
         checkpoint_every: attach a checkpoint (model, optimizer, scheduler) to every n-th
             epoch's report; 0 checkpoints the last epoch only. The last epoch always has one.
+        precision: ``auto``, ``bf16`` or ``fp32`` (:func:`raysearch.training.fit`).
+        cpus_per_trial: CPUs Ray reserved for the trial: torch threads on the CPU and
+            DataLoader workers (:func:`loader_workers`) for file-backed datasets.
+        shift_set: a :class:`raysearch.shift.ShiftSet` built by the driver (or its ``.npz`` path):
+            after training the model is evaluated on it, before and after the first calibrator
+            of `posthoc` (``shift_*`` metrics, ``shift.csv`` and ``shift.png``).
+
+    The trial trains on the GPU Ray gave it (:func:`trial_device`), else on the CPU.
 
     A training loss that becomes NaN/inf ends the trial with a last report holding
     ``diverged`` (the message): the tracking callback records it FAILED and the searcher tells
     Optuna FAIL. Any other exception propagates (Tune marks the trial ERROR).
     """
-    torch.set_num_threads(1)
+    device = trial_device()
+    torch.set_num_threads(1 if device.type == "cuda" else max(int(cpus_per_trial), 1))
     cfg: RunConfig = space.resolve(config, **overrides)
 
     resume = None
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as d:
-            resume = torch.load(Path(d) / _CKPT_FILE, weights_only=False)
+            resume = torch.load(Path(d) / _CKPT_FILE, weights_only=False, map_location="cpu")
 
     def on_epoch(epoch: int, metrics: dict[str, float], state: dict) -> None:
         if epoch == cfg.epochs:
@@ -93,7 +127,11 @@ def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str
             last_state.update(state)
 
     try:
-        result = fit(cfg, on_epoch=on_last, resume=resume)
+        data = load_dataset(cfg.dataset, seed=cfg.seed, val_fraction=cfg.val_fraction,
+                            test_fraction=cfg.test_fraction, data_dir=cfg.data_dir,
+                            imbalance_ratio=cfg.imbalance_ratio)
+        result = fit(cfg, on_epoch=on_last, resume=resume, device=device, precision=precision,
+                     num_workers=loader_workers(cpus_per_trial), data=data)
     except DivergedError as exc:
         # reported, not raised: the trial ends FAILED in MLflow and Optuna, and its worker
         # process stays alive for the next trial (reuse_actors) instead of being replaced
@@ -129,7 +167,39 @@ def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str
                                        fraction=0.5, seed=cfg.seed)
             final.update({k: v for k, v in halves.as_metrics("val").items()
                           if k.count("_") >= 2})
+        if shift_set:
+            final.update(_shift_eval(result, cfg, data.test, shift_set, posthoc, Path(d)))
         tune.report(final, checkpoint=tune.Checkpoint.from_directory(d))
+
+
+def _shift_eval(result: Any, cfg: RunConfig, test: Any, shift_set: Any,
+                posthoc: tuple[str, ...], out: Path) -> dict[str, float]:
+    """Evaluate the trained model on the corrupted test subsample; write the table and plot."""
+    from raysearch import plots
+    from raysearch.calibration import fit_calibrator
+    from raysearch.shift import ShiftSet, evaluate_shift
+    from raysearch.training import evaluate
+
+    if isinstance(shift_set, (str, Path)):
+        shift_set = ShiftSet.load(shift_set)
+    model = result.model
+    device = next(model.parameters()).device
+    subsample = test.subset(shift_set.index)  # the test images the shift set was made from
+
+    def predict_logits(images: np.ndarray) -> np.ndarray:
+        return evaluate(model, subsample.with_images(images), device=device)[0]
+
+    calibrator = name = None
+    if posthoc:
+        name = posthoc[0]
+        calibrator = fit_calibrator(name, result.val_logits, result.val_labels)
+    report = evaluate_shift(predict_logits, shift_set, calibrator=calibrator,
+                            calibrator_name=name, n_bins=cfg.ece_bins)
+    frame = report.to_frame()
+    frame.to_csv(out / SHIFT_TABLE, index=False)
+    plots.shift_plot(frame, out / SHIFT_PLOT, calibrator=name,
+                     title=f"{cfg.method} on {cfg.dataset}: corrupted test set")
+    return report.as_metrics()
 
 
 def trial_env() -> dict[str, str]:

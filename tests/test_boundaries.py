@@ -9,7 +9,9 @@ import pytest
 
 SCIENCE = ["raysearch.losses", "raysearch.metrics", "raysearch.data", "raysearch.models",
            "raysearch.training", "raysearch.config", "raysearch.selection", "raysearch.posthoc",
-           "raysearch.calibration", "raysearch.reproduce"]
+           "raysearch.calibration", "raysearch.reproduce", "raysearch.shift",
+           "raysearch.data.images", "raysearch.data.vision", "raysearch.models.resnet",
+           "raysearch.models.torchvision_models"]
 FORBIDDEN = ["ray", "mlflow", "optuna", "matplotlib", "raysearch.cli"]
 
 
