@@ -35,6 +35,7 @@ def cifar_sweep(ray_session, cifar_dir, tmp_path_factory):
     uri = f"sqlite:///{root / 'mlruns.db'}"
     result = _cli("sweep", "ls", "--dataset", "cifar10", "--data-dir", str(cifar_dir),
                   "--model", "resnet20", "--num-samples", "2", "--epochs", "1",
+                  "--imbalance-ratio", "2", "--val-fraction", "0.2",
                   "--name", "e2e-cifar", "--tracking-uri", uri, "--storage-path",
                   str(root / "ray"), "--shift-eval", "--shift-samples", "10")
     client = MlflowClient(uri)
@@ -46,8 +47,9 @@ def cifar_sweep(ray_session, cifar_dir, tmp_path_factory):
 def test_two_trials_on_a_cifar_format_folder(cifar_sweep):
     result = cifar_sweep["result"]
     assert result.exit_code == 0, result.output
-    # the sizes come from the folder: 10% of 100 training images held out, stratified
-    assert "on cifar10 (90 train / 10 val / 30 test images)" in result.output
+    # long tail with rho = 2 on 10 images per class: n_i = floor(10 * 2 ** (-i / 9)) keeps
+    # 10, 9, 8, 7, 7, 6, 6, 5, 5, 5 = 68 images; 20% of them (ceil 13.6 = 14) are validation
+    assert "on cifar10 (54 train / 14 val / 30 test images)" in result.output
     parents = [r for r in cifar_sweep["runs"] if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in cifar_sweep["runs"] if "mlflow.parentRunId" in r.data.tags]
     assert len(parents) == 1
@@ -55,14 +57,18 @@ def test_two_trials_on_a_cifar_format_folder(cifar_sweep):
     params = parents[0].data.params
     assert params["dataset"] == "cifar10"
     assert params["model"] == "resnet20"
-    assert params["data_train_size"] == "90"
-    assert params["data_val_size"] == "10"
+    assert params["data_train_size"] == "54"
+    assert params["data_val_size"] == "14"
     assert params["data_test_size"] == "30"
-    assert "stratified" in params["data_val_split"]
+    assert params["data_class_counts"] == "10,9,8,7,7,6,6,5,5,5"
+    assert params["data_imbalance_ratio"] == "2.0"
+    assert "stratified 20%" in params["data_val_split"]
     for child in children:
         assert child.info.status == "FINISHED"
         assert child.data.params["dataset"] == "cifar10"
         assert child.data.params["model"] == "resnet20"
+        assert child.data.params["imbalance_ratio"] == "2.0"
+        assert child.data.params["val_fraction"] == "0.2"
         metrics = child.data.metrics
         assert 0 <= metrics["test_accuracy"] <= 1
         assert 0 <= metrics["test_ece"] <= 1

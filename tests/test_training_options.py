@@ -133,3 +133,38 @@ def test_deferred_divergence_check_names_the_first_bad_batch():
         guard.step(weight * value, batch)  # no raise while deferred (batch % 50 != 0)
     with pytest.raises(DivergedError, match="epoch 4, batch 2"):
         guard.check()
+
+
+def test_image_files_train_through_dataloader_workers(tmp_path):
+    # an ImageFolder tree of PNG files: read per sample by a DataLoader with a worker process
+    from formats import write_image_tree
+
+    from raysearch.data.images import ImageFileDataset
+    from raysearch.data.vision import load_imagefolder
+
+    write_image_tree(tmp_path / "tree", per_class=12)
+    data = load_imagefolder(seed=0, data_dir=tmp_path / "tree", image_size=16)
+    assert isinstance(data.train, ImageFileDataset)
+    cfg = RunConfig(model="resnet20", epochs=1, batch_size=8)
+    result = fit(cfg, data=data, num_workers=1)
+    # validation and test come back in dataset order with their labels
+    assert result.val_logits.shape == (len(data.val), 3)
+    assert result.test_labels.tolist() == data.test.labels.tolist()
+    assert result.val_labels.tolist() == data.val.labels.tolist()
+    assert math.isfinite(result.metrics["train_loss"])
+
+
+def test_in_memory_images_train_with_augmentation_reproducibly(tmp_path):
+    from formats import write_cifar10
+
+    from raysearch.data.images import ImageTensorDataset
+
+    write_cifar10(tmp_path, per_batch=20, n_test=20)  # 100 images: 90 train, 10 val
+    data = load_dataset("cifar10", data_dir=tmp_path, seed=0)
+    assert isinstance(data.train, ImageTensorDataset)
+    assert data.train.augment is not None
+    cfg = RunConfig(dataset="cifar10", data_dir=str(tmp_path), model="resnet20", epochs=2,
+                    batch_size=16)
+    first = fit(cfg, data=data)
+    second = fit(cfg)  # loads the folder itself; same seed: same crops, flips and batches
+    assert first.metrics == second.metrics
