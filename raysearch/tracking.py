@@ -184,9 +184,14 @@ class MlflowSweepCallback(tune.Callback):
         sweep_name: the sweep's name (prefix of child run names).
         space: the sweep's search space (resolves trial configs).
         overrides: sweep-wide RunConfig overrides (dataset, epochs, seed, ...).
-        progress: called with one readable line per finished trial.
+        progress: called with one readable line per finished trial, and with an epoch line
+            for a running trial when its last line is at least :attr:`EPOCH_LINE_EVERY_S`
+            seconds old (long epochs on real datasets; digits trials finish first).
         total: number of trials of the sweep (for the progress line).
     """
+
+    #: Shortest gap (seconds) between two epoch lines of one running trial.
+    EPOCH_LINE_EVERY_S = 30.0
 
     def __init__(self, client: MlflowClient, experiment_id: str, parent_run_id: str,
                  sweep_name: str, space: SearchSpace, overrides: dict[str, Any],
@@ -201,6 +206,7 @@ class MlflowSweepCallback(tune.Callback):
         self.total = total
         self.children: dict[str, str] = {}  # trial id -> run id, filled by the writer thread
         self.started: dict[str, float] = {}
+        self.last_line: dict[str, float] = {}
         self.finished = 0
         self._queue: queue.Queue = queue.Queue()
         self._writer = threading.Thread(target=self._drain, name="raysearch-mlflow", daemon=True)
@@ -275,6 +281,21 @@ class MlflowSweepCallback(tune.Callback):
             tid = trial.trial_id
             step = int(result.get("epoch", result.get("training_iteration", 0)))
             self._submit(lambda: log_metrics(self.client, self.children[tid], metrics, step))
+            self._epoch_line(trial, step, metrics)
+
+    def _epoch_line(self, trial: Any, epoch: int, metrics: dict[str, float]) -> None:
+        now = time.monotonic()
+        tid = trial.trial_id
+        last = self.last_line.get(tid, self.started.get(tid, now))
+        if self.progress is None or now - last < self.EPOCH_LINE_EVERY_S:
+            return
+        if "val_accuracy" not in metrics or "val_ece" not in metrics:
+            return
+        self.last_line[tid] = now
+        epochs = self.overrides.get("epochs") or trial.config.get("epochs", "?")
+        self.progress(f"  {tid} epoch {epoch}/{epochs}: val acc "
+                      f"{100 * metrics['val_accuracy']:.2f}% ECE {100 * metrics['val_ece']:.2f}%"
+                      f" ({now - self.started.get(tid, now):.0f}s)")
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any,  # noqa: D102
                           **info: Any) -> None:

@@ -14,6 +14,7 @@ from formats import write_cifar10
 from mlflow.tracking import MlflowClient
 
 from raysearch.cli import main
+from raysearch.tracking import MlflowSweepCallback
 
 pytestmark = pytest.mark.integration
 
@@ -33,15 +34,22 @@ def cifar_dir(tmp_path_factory):
 def cifar_sweep(ray_session, cifar_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep-cifar")
     uri = f"sqlite:///{root / 'mlruns.db'}"
-    result = _cli("sweep", "ls", "--dataset", "cifar10", "--data-dir", str(cifar_dir),
-                  "--model", "resnet20", "--num-samples", "2", "--epochs", "1",
-                  "--imbalance-ratio", "2", "--val-fraction", "0.2",
-                  "--name", "e2e-cifar", "--tracking-uri", uri, "--storage-path",
-                  str(root / "ray"), "--shift-eval", "--shift-samples", "10")
+    with pytest.MonkeyPatch.context() as mp:
+        # an epoch line for every report (real CIFAR epochs take longer than the 30 s default)
+        mp.setattr(MlflowSweepCallback, "EPOCH_LINE_EVERY_S", 0.0)
+        result = _run_sweep(cifar_dir, root, uri)
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("raysearch")
     runs = client.search_runs([exp.experiment_id], max_results=100) if exp else []
     return {"result": result, "client": client, "runs": runs}
+
+
+def _run_sweep(cifar_dir, root, uri):
+    return _cli("sweep", "ls", "--dataset", "cifar10", "--data-dir", str(cifar_dir),
+                  "--model", "resnet20", "--num-samples", "2", "--epochs", "1",
+                  "--imbalance-ratio", "2", "--val-fraction", "0.2",
+                  "--name", "e2e-cifar", "--tracking-uri", uri, "--storage-path",
+                str(root / "ray"), "--shift-eval", "--shift-samples", "10")
 
 
 def test_two_trials_on_a_cifar_format_folder(cifar_sweep):
@@ -50,6 +58,7 @@ def test_two_trials_on_a_cifar_format_folder(cifar_sweep):
     # long tail with rho = 2 on 10 images per class: n_i = floor(10 * 2 ** (-i / 9)) keeps
     # 10, 9, 8, 7, 7, 6, 6, 5, 5, 5 = 68 images; 20% of them (ceil 13.6 = 14) are validation
     assert "on cifar10 (54 train / 14 val / 30 test images)" in result.output
+    assert result.output.count(" epoch 1/1: val acc ") == 2  # one epoch line per trial
     parents = [r for r in cifar_sweep["runs"] if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in cifar_sweep["runs"] if "mlflow.parentRunId" in r.data.tags]
     assert len(parents) == 1

@@ -258,3 +258,17 @@ def test_bfloat16_logits_computed_in_float32(name, params):
     torch.testing.assert_close(loss, loss_fn(low.detach().float(), targets))
     loss.backward()
     assert low.grad.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize(("name", "params"), ACTIVE)
+def test_bf16_logits_give_the_float32_value(name, params):
+    # under bf16 autocast a model emits bf16 logits: every loss computes in float32 and gives
+    # exactly its value on the same logits cast to float32 (training also casts before the loss)
+    torch.manual_seed(0)
+    logits = (8 * torch.randn(16, 5)).bfloat16()
+    targets = torch.randint(0, 5, (16,))
+    loss_fn = build_loss(name, **params)
+    side = {"objectness": torch.rand(16)} if getattr(loss_fn, "needs_objectness", False) else {}
+    value = loss_fn(logits, targets, **side)
+    assert value.dtype == torch.float32
+    torch.testing.assert_close(value, loss_fn(logits.float(), targets, **side), rtol=0, atol=0)
