@@ -46,9 +46,9 @@ def cifar_sweep(ray_session, cifar_dir, tmp_path_factory):
 
 def _run_sweep(cifar_dir, root, uri):
     return _cli("sweep", "ls", "--dataset", "cifar10", "--data-dir", str(cifar_dir),
-                  "--model", "resnet20", "--num-samples", "2", "--epochs", "1",
-                  "--imbalance-ratio", "2", "--val-fraction", "0.2",
-                  "--name", "e2e-cifar", "--tracking-uri", uri, "--storage-path",
+                "--model", "resnet20", "--num-samples", "2", "--epochs", "1",
+                "--imbalance-ratio", "2", "--val-fraction", "0.2",
+                "--name", "e2e-cifar", "--tracking-uri", uri, "--storage-path",
                 str(root / "ray"), "--shift-eval", "--shift-samples", "10")
 
 
