@@ -5,18 +5,31 @@ through the sweep's search space, trains with one torch thread, reports validati
 epoch with a checkpoint (``tune.report``), and adds the test metrics and the test reliability
 bins to the last report. A trial that ran all its epochs reports ``completed = True`` in its last
 result; a trial stopped early by a scheduler never does, which is how the searcher and the
-selection rule tell finished trials from partial ones.
+selection rule tell finished trials from partial ones. Every report carries ``node_id``, the
+Ray node that trained (a string; the tracking callback tags the trial's run with it).
+
+With ``workers > 1`` the trial is a data-parallel Ray Train run (:func:`run_trial`, **DDP
+trials**): the Tune trial function only coordinates a ``TorchTrainer`` whose workers run
+:func:`raysearch.training.fit` in DDP mode, and rank 0 makes the same reports (metrics, files
+and checkpoints) as a one-process trial.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import os
+import queue
 import tempfile
+import threading
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import ray
 import torch
 from ray import tune
 
@@ -41,7 +54,15 @@ SHIFT_TABLE = "shift.csv"
 SHIFT_PLOT = "shift.png"
 #: Files of the final checkpoint that the tracking callback attaches to the trial's run.
 ARTIFACT_FILES = (LOGITS_FILE, SHIFT_TABLE, SHIFT_PLOT)
+#: Result key holding the ID of the Ray node that trained (rank 0's node in a DDP trial).
+NODE_ID = "node_id"
 _CKPT_FILE = "state.pt"
+#: Logical memory (bytes) that the coordinating function of a DDP trial reserves: Tune needs a
+#: non-empty resource bundle, and CPUs or GPUs held there could not go to the Train workers.
+COORDINATOR_MEMORY = 2**20
+#: Seconds a stopped DDP trial waits for its Train run to end before returning to Tune (the
+#: run goes on ending in the background; see :func:`_run_ddp`).
+_STOP_WAIT_S = 1.5
 
 
 def _nan_to_none(values: Any) -> list[Any]:
@@ -64,10 +85,53 @@ def loader_workers(cpus_per_trial: float) -> int:
     return max(int(math.floor(cpus_per_trial)) - 1, 0)
 
 
+def trial_resources(*, cpus_per_trial: float, gpus_per_trial: float, workers: int,
+                    cpus_per_worker: float, gpus_per_worker: float) -> dict[str, float]:
+    """What a trial of :func:`run_trial` asks Tune for (``tune.with_resources``).
+
+    One process (``workers == 1``): ``{"cpu": cpus_per_trial}``, plus ``"gpu"`` when
+    `gpus_per_trial` > 0. A DDP trial (``workers > 1``): the Tune function only coordinates,
+    so it holds no CPU and no GPU (just :data:`COORDINATOR_MEMORY` bytes of logical memory,
+    since Tune needs a non-empty bundle), and Ray Train reserves the workers' own placement group
+    (``workers`` bundles of `cpus_per_worker` CPUs and `gpus_per_worker` GPUs) when the run
+    starts. Had the coordinator held a CPU, trials holding coordinators could block the workers
+    they wait for (on 2 CPUs: two trials, each holding 1 CPU and waiting for 2 x 0.5). Tune
+    cannot count the workers, so ``max_concurrent_trials`` bounds how many Train runs compete for
+    them; a run that cannot get its workers yet waits for them (Train retries its start-up).
+
+    Raises:
+        ValueError: if `workers` < 1, a CPU/GPU amount is negative, `cpus_per_trial` or
+            `cpus_per_worker` is not > 0, or `gpus_per_worker` is fractional in a DDP trial
+            (NCCL ranks cannot share a GPU).
+    """
+    _check_workers(workers, cpus_per_worker, gpus_per_worker)
+    if not cpus_per_trial > 0 or not gpus_per_trial >= 0:
+        raise ValueError(f"`cpus_per_trial` must be > 0 and `gpus_per_trial` >= 0, got "
+                         f"{cpus_per_trial} and {gpus_per_trial}")
+    if workers > 1:
+        return {"cpu": 0.0, "memory": COORDINATOR_MEMORY}
+    resources = {"cpu": cpus_per_trial}
+    if gpus_per_trial:
+        resources["gpu"] = gpus_per_trial
+    return resources
+
+
+def _check_workers(workers: int, cpus_per_worker: float, gpus_per_worker: float) -> None:
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"`workers` must be an int >= 1, got {workers!r}")
+    if not cpus_per_worker > 0 or not gpus_per_worker >= 0:
+        raise ValueError(f"`cpus_per_worker` must be > 0 and `gpus_per_worker` >= 0, got "
+                         f"{cpus_per_worker} and {gpus_per_worker}")
+    if workers > 1 and gpus_per_worker and (gpus_per_worker < 1 or gpus_per_worker % 1):
+        raise ValueError(f"`gpus_per_worker` must be 0 or a whole number of GPUs in a DDP trial "
+                         f"(NCCL ranks cannot share a GPU), got {gpus_per_worker}")
+
+
 def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str, Any],
               posthoc: tuple[str, ...] = ("ts",), checkpoint_every: int = 1,
               precision: str = "auto", cpus_per_trial: float = 1.0,
-              shift_set: Any = None) -> None:
+              shift_set: Any = None, workers: int = 1, cpus_per_worker: float = 1.0,
+              gpus_per_worker: float = 0.0) -> None:
     """Tune function trainable: train one configuration and report to Tune.
 
     After the last epoch the post-hoc calibrators named in `posthoc` are fitted on the
@@ -91,52 +155,137 @@ def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str
         shift_set: a :class:`raysearch.shift.ShiftSet` built by the driver (or its ``.npz`` path):
             after training the model is evaluated on it, before and after the first calibrator
             of `posthoc` (``shift_*`` metrics, ``shift.csv`` and ``shift.png``).
+        workers: Ray Train workers; 1 trains in this process, more run a DDP trial (below).
+        cpus_per_worker: CPUs of each DDP worker (torch threads, DataLoader workers).
+        gpus_per_worker: GPUs of each DDP worker (0: gloo on the CPU; a whole number: NCCL).
 
     The trial trains on the GPU Ray gave it (:func:`trial_device`), else on the CPU.
+
+    **DDP trials** (``workers > 1``): this function coordinates a Ray Train ``TorchTrainer``
+    (``ScalingConfig(num_workers=workers, use_gpu=gpus_per_worker > 0,
+    resources_per_worker={"CPU": cpus_per_worker, "GPU": gpus_per_worker})``, NCCL on GPUs,
+    gloo on the CPU); its resources are those of :func:`trial_resources`. Every worker runs
+    :func:`raysearch.training.fit` in DDP mode, whose metrics and logits are those of one
+    worker. Rank 0 makes every report a one-process trial makes (per-epoch metrics and
+    checkpoints, the final report with reliability bins, ``logits.parquet``, post-hoc and shift
+    metrics, ``diverged``); they reach Tune through this function, which calls
+    ``tune.report`` with a Tune checkpoint holding the same files, so the results, the MLflow
+    run and the checkpoint look like a one-process trial's and ``tune.get_checkpoint()``
+    resumes it (the state is handed to every worker). Ray Train's ``TuneReportCallback`` is
+    not used: it forwards metrics and only the path of a Train checkpoint, never a Tune
+    checkpoint. Reporting is synchronous as in a one-process trial: rank 0 waits until Tune
+    took each report, and when Tune stops the trial (a scheduler) every rank leaves at that
+    epoch boundary.
 
     A training loss that becomes NaN/inf ends the trial with a last report holding
     ``diverged`` (the message): the tracking callback records it FAILED and the searcher tells
     Optuna FAIL. Any other exception propagates (Tune marks the trial ERROR).
-    """
-    device = trial_device()
-    torch.set_num_threads(1 if device.type == "cuda" else max(int(cpus_per_trial), 1))
-    cfg: RunConfig = space.resolve(config, **overrides)
 
-    resume = None
+    Raises:
+        ValueError: on invalid `workers`, `cpus_per_worker` or `gpus_per_worker`
+            (:func:`trial_resources`).
+    """
+    _check_workers(workers, cpus_per_worker, gpus_per_worker)
+    cfg: RunConfig = space.resolve(config, **overrides)
+    resume_bytes = None
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as d:
-            resume = torch.load(Path(d) / _CKPT_FILE, weights_only=False, map_location="cpu")
+            resume_bytes = (Path(d) / _CKPT_FILE).read_bytes()
+    options = {"posthoc": tuple(posthoc), "checkpoint_every": checkpoint_every,
+               "precision": precision, "shift_set": shift_set}
+    if workers > 1:
+        torch.set_num_threads(1)  # this process only coordinates
+        _run_ddp(cfg, resume_bytes, options, workers=workers, cpus_per_worker=cpus_per_worker,
+                 gpus_per_worker=gpus_per_worker)
+        return
+    device = trial_device()
+    torch.set_num_threads(1 if device.type == "cuda" else max(int(cpus_per_trial), 1))
+    node = ray.get_runtime_context().get_node_id()
+
+    def send(metrics: dict[str, Any], files: Path | None = None, last: bool = False) -> bool:
+        _tune_report({**metrics, NODE_ID: node}, files)
+        return True
+
+    _train_and_report(cfg, resume_bytes, options, send=send, device=device,
+                      num_workers=loader_workers(cpus_per_trial))
+
+
+class _Stop(Exception):  # noqa: N818 (control flow, not an error)
+    """Tune stopped a DDP trial: every rank leaves fit() at the same epoch boundary."""
+
+
+def _train_and_report(cfg: RunConfig, resume_bytes: bytes | None, options: dict[str, Any], *,
+                      send: Any, device: torch.device, num_workers: int,
+                      rank: int = 0, agree: Any = None) -> None:
+    """Train `cfg` and make the trial's reports through ``send(metrics, folder, last) -> go_on``.
+
+    ``folder`` is None or a directory holding the checkpoint's files (valid during the call);
+    ``last`` marks the final or diverged report.
+    One process: `send` calls ``tune.report``. DDP (in every Train worker): only `rank` 0
+    sends; ``agree(go_on)`` broadcasts rank 0's answer so every rank stops together.
+    """
+    checkpoint_every = options["checkpoint_every"]
+    resume = None
+    if resume_bytes is not None:
+        resume = torch.load(io.BytesIO(resume_bytes), weights_only=False, map_location="cpu")
+    last_state: dict[str, Any] = {}
 
     def on_epoch(epoch: int, metrics: dict[str, float], state: dict) -> None:
         if epoch == cfg.epochs:
-            return  # the last epoch is reported below, together with the test metrics
-        if not checkpoint_every or epoch % checkpoint_every:
-            tune.report({"epoch": epoch, **metrics})
-            return
-        with tempfile.TemporaryDirectory() as d:
-            torch.save(state, Path(d) / _CKPT_FILE)
-            tune.report({"epoch": epoch, **metrics},
-                        checkpoint=tune.Checkpoint.from_directory(d))
-
-    last_state: dict[str, Any] = {}
-
-    def on_last(epoch: int, metrics: dict[str, float], state: dict) -> None:
-        on_epoch(epoch, metrics, state)
-        if epoch == cfg.epochs:
+            # the last epoch is reported below, together with the test metrics
             last_state.update(state)
+            return
+        go_on = True
+        if rank == 0 and (not checkpoint_every or epoch % checkpoint_every):
+            go_on = send({"epoch": epoch, **metrics}, None)
+        elif rank == 0:
+            with tempfile.TemporaryDirectory() as d:
+                torch.save(state, Path(d) / _CKPT_FILE)
+                go_on = send({"epoch": epoch, **metrics}, Path(d))
+        if agree is not None and not agree(go_on):
+            raise _Stop
 
     try:
         data = load_dataset(cfg.dataset, seed=cfg.seed, val_fraction=cfg.val_fraction,
                             test_fraction=cfg.test_fraction, data_dir=cfg.data_dir,
                             imbalance_ratio=cfg.imbalance_ratio)
-        result = fit(cfg, on_epoch=on_last, resume=resume, device=device, precision=precision,
-                     num_workers=loader_workers(cpus_per_trial), data=data)
+        result = fit(cfg, on_epoch=on_epoch, resume=resume, device=device,
+                     precision=options["precision"], num_workers=num_workers, data=data,
+                     distributed=agree is not None)
+    except _Stop:
+        return
     except DivergedError as exc:
         # reported, not raised: the trial ends FAILED in MLflow and Optuna, and its worker
         # process stays alive for the next trial (reuse_actors) instead of being replaced
-        tune.report({DIVERGED: str(exc), COMPLETED: False})
+        # (in DDP every rank raises it at the same batch: the check is all-reduced)
+        if rank == 0:
+            send({DIVERGED: str(exc), COMPLETED: False}, None, True)
         return
+    if rank != 0:
+        return
+    with tempfile.TemporaryDirectory() as d:
+        final = _final_report(result, cfg, data.test, last_state, options, Path(d))
+        send(final, Path(d), True)
+
+
+def _tune_report(metrics: dict[str, Any], files: Path | dict[str, bytes] | None) -> None:
+    """``tune.report(metrics)``, with a checkpoint of the folder or the files when given."""
+    if files is None:
+        tune.report(metrics)
+    elif isinstance(files, Path):
+        tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(files))
+    else:
+        with tempfile.TemporaryDirectory() as d:
+            for name, content in files.items():
+                (Path(d) / name).write_bytes(content)
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
+
+
+def _final_report(result: Any, cfg: RunConfig, test: Any, last_state: dict[str, Any],
+                  options: dict[str, Any], out: Path) -> dict[str, Any]:
+    """The last report's metrics; writes state.pt, logits.parquet (and shift files) to `out`."""
+    posthoc = options["posthoc"]
     bins = reliability_bins(softmax(result.test_logits), result.test_labels, n_bins=cfg.ece_bins)
     final = {
         "epoch": cfg.epochs,
@@ -149,27 +298,204 @@ def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str
             "confidence": _nan_to_none(float(c) for c in bins.confidence),
         },
     }
-    with tempfile.TemporaryDirectory() as d:
-        torch.save(last_state, Path(d) / _CKPT_FILE)
-        logits = np.concatenate([result.val_logits, result.test_logits])
-        labels = np.concatenate([result.val_labels, result.test_labels])
-        split = ["val"] * len(result.val_labels) + ["test"] * len(result.test_labels)
-        write_outputs_parquet(Path(d) / LOGITS_FILE, logits, labels, split)
-        if posthoc:
-            report = calibrate_outputs(Outputs(logits, labels, split=np.asarray(split)),
-                                       methods=posthoc, n_bins=cfg.ece_bins)
-            final.update({k: v for k, v in report.as_metrics("test").items()
-                          if k not in final})
-            # an honest validation score of the calibrated model (for `report --calibrated`):
-            # fitted on a stratified half of the validation set, measured on the other half
-            val_only = Outputs(result.val_logits, result.val_labels)
-            halves = calibrate_outputs(val_only, methods=posthoc, n_bins=cfg.ece_bins,
-                                       fraction=0.5, seed=cfg.seed)
-            final.update({k: v for k, v in halves.as_metrics("val").items()
-                          if k.count("_") >= 2})
-        if shift_set:
-            final.update(_shift_eval(result, cfg, data.test, shift_set, posthoc, Path(d)))
-        tune.report(final, checkpoint=tune.Checkpoint.from_directory(d))
+    torch.save(last_state, out / _CKPT_FILE)
+    logits = np.concatenate([result.val_logits, result.test_logits])
+    labels = np.concatenate([result.val_labels, result.test_labels])
+    split = ["val"] * len(result.val_labels) + ["test"] * len(result.test_labels)
+    write_outputs_parquet(out / LOGITS_FILE, logits, labels, split)
+    if posthoc:
+        report = calibrate_outputs(Outputs(logits, labels, split=np.asarray(split)),
+                                   methods=posthoc, n_bins=cfg.ece_bins)
+        final.update({k: v for k, v in report.as_metrics("test").items() if k not in final})
+        # an honest validation score of the calibrated model (for `report --calibrated`):
+        # fitted on a stratified half of the validation set, measured on the other half
+        val_only = Outputs(result.val_logits, result.val_labels)
+        halves = calibrate_outputs(val_only, methods=posthoc, n_bins=cfg.ece_bins,
+                                   fraction=0.5, seed=cfg.seed)
+        final.update({k: v for k, v in halves.as_metrics("val").items() if k.count("_") >= 2})
+    if options["shift_set"]:
+        final.update(_shift_eval(result, cfg, test, options["shift_set"], posthoc, out))
+    return final
+
+
+class _Relay:
+    """Carries rank 0's reports to the coordinating Tune function and Tune's answers back.
+
+    A threaded Ray actor (``max_concurrency`` > 1): :meth:`report` blocks rank 0 until the
+    coordinator has passed the report to Tune and answered whether to go on.
+
+    It is also the Train run's watchdog: it is detached, watches the `coordinator` actor and,
+    should the coordinator die (Tune kills the actor of a trial it stopped while the run was
+    still ending), removes the workers' placement group (:meth:`hold`) and exits. Ray Train's
+    own cleaner does the same through Ray's state API, which needs the dashboard.
+    """
+
+    def __init__(self, coordinator: Any = None) -> None:
+        self._reports: queue.Queue = queue.Queue()
+        self._answers: queue.Queue = queue.Queue()
+        self._group: Any = None
+        if coordinator is not None:
+            threading.Thread(target=self._watch, args=(coordinator,), name="raysearch-watch",
+                             daemon=True).start()
+
+    def hold(self, group: Any) -> None:
+        """Rank 0: the workers' placement group, removed should the coordinator die."""
+        self._group = group
+
+    def _watch(self, coordinator: Any) -> None:
+        while True:
+            try:
+                ray.get(coordinator.__ray_ready__.remote())
+            except ray.exceptions.ActorUnavailableError:
+                pass  # (transient: retried)
+            except ray.exceptions.RayActorError:
+                break
+            time.sleep(1.0)
+        if self._group is not None:
+            with contextlib.suppress(Exception):
+                ray.util.remove_placement_group(self._group)
+        ray.kill(ray.get_runtime_context().current_actor)
+
+    def report(self, metrics: dict[str, Any], files: dict[str, bytes] | None,
+               last: bool = False) -> bool:
+        """Rank 0: hand over one report; returns False when Tune stopped the trial.
+
+        The `last` report (final or diverged) is not answered: rank 0 returns at once.
+        """
+        self._reports.put((metrics, files, last))
+        return True if last else bool(self._answers.get())
+
+    def next_report(self, timeout: float) -> tuple[dict[str, Any], Any, bool] | None:
+        """Coordinator: the next ``(metrics, files, last)``, or None after `timeout` seconds."""
+        try:
+            return self._reports.get(timeout=timeout) if timeout > 0 else \
+                self._reports.get_nowait()
+        except queue.Empty:
+            return None
+
+    def answer(self, go_on: bool) -> None:
+        """Coordinator: go on (True) or stop (False) after the last report."""
+        self._answers.put(go_on)
+
+
+def _run_ddp(cfg: RunConfig, resume_bytes: bytes | None, options: dict[str, Any], *,
+             workers: int, cpus_per_worker: float, gpus_per_worker: float) -> None:
+    """Coordinate one DDP trial: a TorchTrainer in a thread, its reports relayed to Tune."""
+    import ray.train
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    use_gpu = gpus_per_worker > 0
+    per_worker = {"CPU": cpus_per_worker}
+    if use_gpu:
+        per_worker["GPU"] = gpus_per_worker
+    try:
+        coordinator = ray.get_runtime_context().current_actor
+    except RuntimeError:  # not in an actor: nobody to watch
+        coordinator = None
+    relay_cls = ray.remote(num_cpus=0, max_concurrency=4)(_Relay)
+    # outside the trial's placement group (which captures child actors): Tune removes that
+    # group, killing what runs in it, when it stops the trial
+    relay = relay_cls.options(lifetime="detached",
+                              scheduling_strategy="DEFAULT").remote(coordinator)
+    context = tune.get_context()
+    storage = Path(context.get_trial_dir() or tempfile.gettempdir())
+    trainer = TorchTrainer(
+        _ddp_worker,
+        train_loop_config={"cfg": cfg, "resume": resume_bytes, "options": options,
+                           "relay": relay, "use_gpu": use_gpu,
+                           "cpus_per_worker": cpus_per_worker},
+        scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=use_gpu,
+                                               resources_per_worker=per_worker),
+        torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
+        run_config=ray.train.RunConfig(
+            name=f"ddp-{context.get_trial_id() or 'trial'}-{uuid.uuid4().hex[:8]}",
+            storage_path=str(storage.resolve()),
+            failure_config=ray.train.FailureConfig(max_failures=0)),
+    )
+    outcome: dict[str, BaseException] = {}
+
+    def train() -> None:
+        try:
+            trainer.fit()
+        except BaseException as exc:  # noqa: BLE001 (re-raised in the trial function)
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=train, name="raysearch-ddp-trainer", daemon=True)
+    thread.start()
+    try:
+        while True:
+            alive = thread.is_alive()  # (read first: a last report may come just before the end)
+            item = ray.get(relay.next_report.remote(0.5 if alive else 0.0))
+            if item is None:
+                if alive:
+                    continue
+                break
+            metrics, files, last = item
+            if last:
+                # the final (or diverged) report goes to Tune once the Train run has ended and
+                # released its workers: Tune stops a trial at its last result (ASHA at max_t)
+                thread.join()
+                if "error" in outcome:
+                    break
+                _tune_report(metrics, files)
+                return
+            _tune_report(metrics, files)  # raises SystemExit when Tune stops the trial
+            relay.answer.remote(True)
+    except BaseException:
+        # Tune stopped the trial at an epoch (SystemExit from tune.report): every rank leaves
+        # fit() at this epoch boundary and the Train run ends by itself. Wait for that only
+        # briefly: Tune reuses this actor only if this function returns within
+        # TUNE_FUNCTION_THREAD_TIMEOUT_S (2 s), and a failed reuse errors the next trial. If
+        # Tune kills this actor before the run ended, the relay frees the workers.
+        with contextlib.suppress(Exception):  # (the relay itself may be what failed)
+            ray.get(relay.answer.remote(False))
+        thread.join(timeout=_STOP_WAIT_S)
+        raise
+    finally:
+        if thread.is_alive():  # end the watchdog once the run has ended in the background
+            threading.Thread(target=_kill_after, args=(thread, relay), daemon=True).start()
+        else:
+            ray.kill(relay)
+    if "error" in outcome:
+        raise outcome["error"]
+    raise RuntimeError("the DDP Train run ended without a final report from rank 0")
+
+
+def _kill_after(thread: threading.Thread, relay: Any) -> None:
+    thread.join()
+    ray.kill(relay)
+
+
+def _ddp_worker(loop: dict[str, Any]) -> None:
+    """Per-worker function of a DDP trial: fit() in DDP mode, rank 0 reports via the relay."""
+    import ray.train
+    import ray.train.torch
+    import torch.distributed as dist
+
+    rank = ray.train.get_context().get_world_rank()
+    device = ray.train.torch.get_device() if loop["use_gpu"] else torch.device("cpu")
+    cpus = loop["cpus_per_worker"]
+    torch.set_num_threads(1 if device.type == "cuda" else max(int(cpus), 1))
+    relay = loop["relay"]
+    node = ray.get_runtime_context().get_node_id()
+    group = ray.util.get_current_placement_group()
+    if rank == 0 and group is not None:
+        ray.get(relay.hold.remote(group))
+
+    def send(metrics: dict[str, Any], folder: Path | None = None, last: bool = False) -> bool:
+        # the checkpoint travels as bytes: rank 0 may be on another node than the coordinator
+        files = None
+        if folder is not None:
+            files = {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+        return ray.get(relay.report.remote({**metrics, NODE_ID: node}, files, last))
+
+    def agree(go_on: bool) -> bool:
+        flag = torch.tensor([int(go_on)], device=device if device.type == "cuda" else "cpu")
+        dist.broadcast(flag, src=0)
+        return bool(flag.item())
+
+    _train_and_report(loop["cfg"], loop["resume"], loop["options"], send=send, device=device,
+                      num_workers=loader_workers(cpus), rank=rank, agree=agree)
 
 
 def _shift_eval(result: Any, cfg: RunConfig, test: Any, shift_set: Any,
@@ -207,5 +533,7 @@ def trial_env() -> dict[str, str]:
     return {
         # keep the driver's working directory: relative paths stay meaningful in trials
         "RAY_CHDIR_TO_TRIAL_DIR": "0",
+        # a DDP trial's Train controller notices its workers ended (a stop) within 0.5 s, not 2
+        "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
         "OMP_NUM_THREADS": os.environ.get("RAYSEARCH_TRIAL_THREADS", "1"),
     }

@@ -58,6 +58,37 @@ Reproducibility: ``torch.manual_seed(cfg.seed)`` (and Python's and NumPy's globa
 the model is built; on CPU two runs of the same config give bit-identical metrics, and resuming
 from the state of epoch e gives the same result as not stopping. On GPU, cuDNN may pick
 non-deterministic kernels; this module does not change global determinism flags.
+
+**Data-parallel training (DDP)**: when a ``torch.distributed`` process group of W > 1 ranks is
+initialised (Ray Train's ``TorchTrainer`` does it: NCCL on GPUs, gloo on the CPU) :func:`fit`
+runs the same training on every rank (``distributed=None``, the default, detects it;
+``distributed=False`` trains independently on each rank):
+
+- every rank builds the same model, batch order and augmentation draws (same seeds); the
+  model is wrapped in ``DistributedDataParallel`` (``device_ids`` on CUDA) and trains on its
+  share ``batch[r::W]`` of every global mini-batch (in-memory image sets augment the whole
+  batch on every rank, so the crops and flips are those of one worker, and keep the share;
+  file-backed datasets load only the share). Shares differ by at most one sample, so each
+  rank's loss is scaled by ``W * n_r / n_batch``: DDP's gradient average is then the gradient
+  of the full-batch mean, as with one worker (up to float rounding; the last, odd-sized batch
+  of an epoch included). ``cfg.batch_size`` and every split must hold at least W samples.
+- ``train_loss``/``train_accuracy`` are sums all-reduced over the ranks, i.e. over the whole
+  training split. Validation/test logits are predicted on shards ``arange(N)[r::W]``,
+  all-gathered back into dataset order, and every rank computes the metrics on the full
+  logits: the numbers (and :class:`TrainResult`'s logits) are those of one worker, on every
+  rank. ``on_epoch`` is called on every rank with identical metrics (the caller decides what
+  rank 0 does); ``state["model"]`` is the unwrapped model's state dict, as with one worker.
+- Divergence: the full-batch loss (CPU) or the device-side flag (CUDA, at the same batches on
+  every rank) is all-reduced, so every rank raises :class:`DivergedError` at the same batch
+  and none is left waiting in a collective.
+- Exact only for per-sample-mean objectives without batch-level terms. Losses with batch-level
+  terms (e.g. ``mmce``, ``sbece``, ``savuc``, ``avuc``, ``mdca``: calibration or certainty
+  terms computed over the batch) are computed on each rank's share, like per-GPU batch statistics.
+  BatchNorm layers become ``SyncBatchNorm`` on CUDA (statistics of the global batch); on the
+  CPU/gloo, where SyncBatchNorm is not supported, BatchNorm normalises each rank's share and
+  rank 0's running statistics are used for evaluation, so BN models match one worker only
+  approximately. Random layers (dropout) and MixUp/CutMix (each rank mixes its own share)
+  draw per rank and match one worker only in distribution.
 """
 
 from __future__ import annotations
@@ -152,6 +183,7 @@ def fit(
     loss: nn.Module | None = None,
     precision: str = "auto",
     num_workers: int = 0,
+    distributed: bool | None = None,
 ) -> TrainResult:
     """Train one configuration and evaluate it on validation (every epoch) and test (at the end).
 
@@ -177,21 +209,29 @@ def fit(
             ``"bf16"`` or ``"fp32"``; the training forward pass only. Defaults to ``"auto"``.
         num_workers (int, optional): ``DataLoader`` worker processes for datasets that are
             read from files (ImageFolder trees); in-memory datasets need none. Defaults to ``0``.
+        distributed (bool, optional): data-parallel training over the initialised
+            ``torch.distributed`` process group (module docstring, **Data-parallel training**).
+            ``None`` uses it when one with more than one rank is initialised; ``True`` requires
+            one; ``False`` never uses it. Defaults to ``None``.
 
     Returns:
-        TrainResult: final metrics, the model, and validation/test logits and labels.
+        TrainResult: final metrics, the model (unwrapped from DDP), and validation/test logits
+        and labels (in DDP mode the full splits' logits, on every rank).
 
     Raises:
         DivergedError: as soon as a batch's training loss is NaN or infinite (on CUDA: within
             50 batches), or if the model's validation/test logits are (the last step of an
             epoch blew the weights up).
         ValueError: on an unknown dataset, model, loss or precision, a negative `num_workers`,
-            or a `resume` state without ``epoch``; for an objectness loss on a dataset without
+            or a `resume` state without ``epoch``; for ``distributed=True`` without an
+            initialised process group, or (DDP) a batch size or split smaller than the number
+            of ranks; for an objectness loss on a dataset without
             object annotations; for MixUp/CutMix combined with an objectness loss or
             interleaved training; for interleaved training with a loss that is not a primary +
             secondary objective ("interleaved training needs a primary + secondary objective
             ..."), with ``interleave_fraction`` outside (0, 1), or a training split too small to
             hold out a stratified part.
+        TypeError: if `distributed` is not a bool or None.
     """
     from raysearch.data import load_dataset
     from raysearch.losses import build_loss
@@ -205,6 +245,7 @@ def fit(
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
         raise ValueError(f"`num_workers` must be an int >= 0, got {num_workers!r}")
     amp = _Amp(device, precision)
+    ddp = _Dist.detect(distributed, device)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)
     torch.manual_seed(cfg.seed)
@@ -218,7 +259,11 @@ def fit(
             data_dir=cfg.data_dir,
             imbalance_ratio=cfg.imbalance_ratio,
         )
+    if ddp is not None:
+        ddp.check_sizes(cfg.batch_size, data)
     model = build_model(cfg.model, num_classes=data.num_classes, input_shape=data.input_shape)
+    if ddp is not None and device.type == "cuda":
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model.to(device)
     if amp.channels_last:
         model.to(memory_format=torch.channels_last)
@@ -252,6 +297,10 @@ def fit(
         start_epoch = int(resume["epoch"]) + 1
         metrics = dict(resume.get("metrics") or {})
         logger.info("resuming %s/%s at epoch %d", cfg.method, cfg.model, start_epoch)
+    # `model` is what trains (DDP wrapper in DDP mode); `net` is evaluated and checkpointed
+    net = model
+    if ddp is not None:
+        model = ddp.wrap(net)
 
     objectness_set = None
     if needs_objectness:
@@ -273,7 +322,7 @@ def fit(
         generator = torch.Generator().manual_seed(_epoch_seed(cfg.seed, epoch))
         augment = torch.Generator().manual_seed(_epoch_seed(cfg.seed, epoch) ^ _AUGMENT_SALT)
         model.train()
-        guard = _Guard(device, optimizer, epoch)
+        guard = _Guard(device, optimizer, epoch, ddp)
         if objectness_set is not None:
             x, y, objectness, context = objectness_set.epoch_tensors(epoch)
             side = {"objectness": objectness.to(device)}
@@ -282,28 +331,30 @@ def fit(
             source = _Source(TensorDataset(x, y), device)
             order = torch.randperm(len(y), generator=generator)
             metrics = _train_epoch(
-                model, loss_fn, guard, source.batches(order, cfg.batch_size, augment), len(y),
-                amp, side=side,
+                model, loss_fn, guard, source.batches(order, cfg.batch_size, augment, ddp),
+                len(y), amp, side=side, ddp=ddp,
             )
         elif interleaved:
             metrics = _train_epoch_interleaved(
                 model, loss_fn, guard, train_source, (majority, held_out), cfg.batch_size,
-                generator, augment, amp,
+                generator, augment, amp, ddp=ddp,
             )
         else:
             order = torch.randperm(train_source.n, generator=generator)
             metrics = _train_epoch(
-                model, loss_fn, guard, train_source.batches(order, cfg.batch_size, augment),
-                train_source.n, amp, mixer=mixer,
+                model, loss_fn, guard, train_source.batches(order, cfg.batch_size, augment, ddp),
+                train_source.n, amp, mixer=mixer, ddp=ddp,
             )
         guard.check()
         scheduler.step()
-        val_logits, val_y = _predict_source(model, val_source, amp)
+        if ddp is not None:
+            ddp.sync_buffers(net)
+        val_logits, val_y = _predict_source(net, val_source, amp, ddp=ddp)
         metrics.update(_summary(val_logits, val_y, "val", cfg.ece_bins, f"after epoch {epoch}"))
         if on_epoch is not None:
             state = {
                 "epoch": epoch,
-                "model": copy.deepcopy(model.state_dict()),
+                "model": copy.deepcopy(net.state_dict()),
                 "optimizer": copy.deepcopy(optimizer.state_dict()),
                 "scheduler": copy.deepcopy(scheduler.state_dict()),
                 "metrics": dict(metrics),
@@ -312,18 +363,18 @@ def fit(
 
     epochs_completed = max(cfg.epochs, start_epoch - 1)
     if val_logits is None:  # resumed after the last epoch: nothing trained, evaluate again
-        val_logits, val_y = _predict_source(model, val_source, amp)
+        val_logits, val_y = _predict_source(net, val_source, amp, ddp=ddp)
         after = f"resumed after epoch {start_epoch - 1}"
         metrics.update(_summary(val_logits, val_y, "val", cfg.ece_bins, after))
     test_logits, test_y = _predict_source(
-        model, _Source(data.test, device, num_workers=num_workers), amp)
+        net, _Source(data.test, device, num_workers=num_workers), amp, ddp=ddp)
     after = f"after epoch {epochs_completed}"
     metrics.update(_summary(test_logits, test_y, "test", cfg.ece_bins, after))
-    model.eval()
+    net.eval()
     return TrainResult(
         metrics=metrics,
         epochs_completed=epochs_completed,
-        model=model,
+        model=net,
         val_logits=_numpy_logits(val_logits),
         val_labels=val_y.cpu().numpy().astype(np.int64),
         test_logits=_numpy_logits(test_logits),
@@ -445,9 +496,20 @@ class _Source:
         return torch.as_tensor(np.asarray(labels), dtype=torch.int64)
 
     def batches(
-        self, order: Tensor, batch_size: int, augment: torch.Generator | None
+        self,
+        order: Tensor,
+        batch_size: int,
+        augment: torch.Generator | None,
+        ddp: _Dist | None = None,
     ) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
-        """``(x, y, index)`` on the device for consecutive chunks of `order` (CPU int64)."""
+        """``(x, y, index)`` on the device for consecutive chunks of `order` (CPU int64).
+
+        With `ddp`, this rank's share ``chunk[rank::world]`` of every chunk, as
+        ``(x, y, index, len(chunk))`` (see :meth:`_shares`).
+        """
+        if ddp is not None:
+            yield from self._shares(order, batch_size, augment, ddp)  # type: ignore[misc]
+            return
         if self.kind == "loader":
             yield from self._loader_batches(order, batch_size, augment)
             return
@@ -458,9 +520,39 @@ class _Source:
                 xb, yb = self.images.batch(index, generator=augment)
                 yield xb, yb, index
 
+    def _shares(
+        self, order: Tensor, batch_size: int, augment: torch.Generator | None, ddp: _Dist
+    ) -> Iterator[tuple[Tensor, Tensor, Tensor, int]]:
+        """This rank's share of every global batch, and the global batch's size.
+
+        In-memory images are gathered and augmented for the whole batch (the augmentation
+        generator then advances as with one worker) and sliced; tensors are indexed by the share;
+        file-backed datasets load the share only. A share may be empty (a last batch smaller
+        than the number of ranks): then x and y have 0 rows.
+        """
+        chunks = torch.split(order, batch_size)
+        if self.kind == "loader":
+            shares = [chunk[ddp.rank :: ddp.world] for chunk in chunks]
+            loaded = self._loader_batches(shares, batch_size, augment)
+            for chunk, (xb, yb, index) in zip(chunks, loaded, strict=True):
+                yield xb, yb, index, len(chunk)
+            return
+        for chunk in chunks:
+            if self.kind == "tensor":
+                index = chunk[ddp.rank :: ddp.world].to(self.device)
+                yield self.x[index], self.y[index], index, len(chunk)
+            else:
+                index = chunk.to(self.device)
+                xb, yb = self.images.batch(index, generator=augment)
+                mine = slice(ddp.rank, None, ddp.world)
+                yield xb[mine], yb[mine], index[mine], len(chunk)
+
     def _loader_batches(
-        self, order: Tensor, batch_size: int, augment: torch.Generator | None
+        self, order: Tensor | list[Tensor], batch_size: int, augment: torch.Generator | None
     ) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
+        if isinstance(order, list):  # given batches (DDP shares), possibly empty
+            yield from self._loader_given(order, augment)
+            return
         cuda = self.device.type == "cuda"
         loader = DataLoader(
             self.dataset,
@@ -477,18 +569,158 @@ class _Source:
                 index.to(self.device),
             )
 
+    def _loader_given(
+        self, shares: list[Tensor], augment: torch.Generator | None
+    ) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
+        """The batches `shares` through a DataLoader; an empty share gives 0-row tensors."""
+        cuda = self.device.type == "cuda"
+        nonempty = [share.tolist() for share in shares if len(share)]
+        loader = iter(DataLoader(
+            self.dataset,
+            batch_sampler=nonempty,
+            num_workers=self.num_workers if nonempty else 0,
+            pin_memory=cuda,
+            generator=augment,
+        ))
+        empty_x = None
+        for share in shares:
+            if len(share):
+                xb, yb = next(loader)
+                xb = xb.to(self.device, non_blocking=cuda)
+                yb = torch.as_tensor(yb).to(self.device, dtype=torch.int64, non_blocking=cuda)
+                empty_x = xb[:0]
+            else:
+                if empty_x is None:
+                    sample = torch.as_tensor(self.dataset[0][0])
+                    empty_x = sample.new_zeros((0, *sample.shape)).to(self.device)
+                xb, yb = empty_x, torch.zeros(0, dtype=torch.int64, device=self.device)
+            yield xb, yb, share.to(self.device)
+
+
+class _Dist:
+    """This process's place in the ``torch.distributed`` group of a DDP run of :func:`fit`."""
+
+    def __init__(self, device: torch.device) -> None:
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.rank = dist.get_rank()
+        self.world = dist.get_world_size()
+        self.device = device
+        # NCCL reduces CUDA tensors only; gloo (the CPU backend) CPU tensors
+        self.comm = device if dist.get_backend() == "nccl" else torch.device("cpu")
+
+    @classmethod
+    def detect(cls, distributed: bool | None, device: torch.device) -> _Dist | None:
+        """The group to train over, or None (see `distributed` in :func:`fit`)."""
+        if distributed is not None and not isinstance(distributed, bool):
+            raise TypeError(f"`distributed` must be a bool or None, got {distributed!r}")
+        if distributed is False:
+            return None
+        import torch.distributed as dist
+
+        initialised = dist.is_available() and dist.is_initialized()
+        if distributed and not initialised:
+            raise ValueError("`distributed`=True but no torch.distributed process group is "
+                             "initialised (run fit() in the workers of a TorchTrainer)")
+        if not initialised or dist.get_world_size() < 2:
+            return None
+        return cls(device)
+
+    def check_sizes(self, batch_size: int, data: DatasetSplits) -> None:
+        """Every rank needs samples: the batch size and each split must reach the world size."""
+        if batch_size < self.world:
+            raise ValueError(f"`batch_size` ({batch_size}) must be >= the number of DDP ranks "
+                             f"({self.world})")
+        for name in ("train", "val", "test"):
+            n = len(getattr(data, name))
+            if n < self.world:
+                raise ValueError(f"the {name} split has {n} samples, fewer than the {self.world} "
+                                 "DDP ranks")
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """``DistributedDataParallel(model)``, with ``device_ids`` on CUDA."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        if self.device.type == "cuda":
+            index = self.device.index
+            if index is None:
+                index = torch.cuda.current_device()
+            return DistributedDataParallel(model, device_ids=[index], output_device=index)
+        return DistributedDataParallel(model)
+
+    def _reduce(self, value: Tensor, op: Any) -> Tensor:
+        out = value.detach().to(self.comm).clone()
+        self.dist.all_reduce(out, op=op)
+        return out.to(value.device)
+
+    def all_sum(self, value: Tensor) -> Tensor:
+        """The sum of `value` over the ranks (a new tensor on `value`'s device)."""
+        return self._reduce(value, self.dist.ReduceOp.SUM)
+
+    def all_min(self, value: Tensor) -> Tensor:
+        """The minimum of `value` over the ranks."""
+        return self._reduce(value, self.dist.ReduceOp.MIN)
+
+    def gather(self, rows: Tensor, n: int) -> Tensor:
+        """Rows ``[rank::world]`` of an (n, ...) tensor from every rank, back in order.
+
+        Shares differ in length by at most one: each is padded to ``ceil(n / world)`` rows,
+        all-gathered, interleaved, and the padding dropped.
+        """
+        per_rank = -(-n // self.world)
+        padded = rows.new_zeros((per_rank, *rows.shape[1:]))
+        padded[: len(rows)] = rows
+        padded = padded.to(self.comm)
+        parts = [torch.empty_like(padded) for _ in range(self.world)]
+        self.dist.all_gather(parts, padded)
+        # parts[r][j] is row j * world + r
+        full = torch.stack(parts, dim=1).reshape(per_rank * self.world, *rows.shape[1:])
+        return full[:n].to(rows.device)
+
+    def sync_buffers(self, model: nn.Module) -> None:
+        """Broadcast rank 0's buffers (BatchNorm running statistics) to every rank."""
+        for buffer in model.buffers():
+            if buffer.device.type == self.comm.type:
+                self.dist.broadcast(buffer.data, src=0)
+            else:
+                value = buffer.detach().to(self.comm)
+                self.dist.broadcast(value, src=0)
+                buffer.data.copy_(value)
+
 
 class _Guard:
-    """Divergence check of one epoch: at once on the CPU, on the device (no sync) on CUDA."""
+    """Divergence check of one epoch: at once on the CPU, on the device (no sync) on CUDA.
 
-    def __init__(self, device: torch.device, optimizer: torch.optim.Optimizer, epoch: int) -> None:
+    In DDP mode (`ddp`) the check agrees on all ranks: on the CPU the full-batch loss is
+    all-reduced every batch; on CUDA the first bad batch is all-reduced (min) at each check.
+    """
+
+    def __init__(
+        self,
+        device: torch.device,
+        optimizer: torch.optim.Optimizer,
+        epoch: int,
+        ddp: _Dist | None = None,
+    ) -> None:
         self.deferred = device.type == "cuda"
         self.optimizer = optimizer
         self.epoch = epoch
+        self.ddp = ddp
         self.first_bad = torch.full((), -1, dtype=torch.int64, device=device)
 
-    def step(self, loss: Tensor, batch: int, note: str = "") -> None:
-        """Check the loss (or record it), then one backward pass and optimizer step."""
+    def step(
+        self, loss: Tensor, batch: int, note: str = "", share: tuple[int, int] | None = None
+    ) -> None:
+        """Check the loss (or record it), then one backward pass and optimizer step.
+
+        In DDP mode `share` is ``(n_rank, n_batch)``: `loss` is the mean over this rank's
+        ``n_rank`` samples of a global batch of ``n_batch``; it is scaled by
+        ``world * n_rank / n_batch`` so that DDP's gradient average is the full-batch gradient.
+        """
+        if self.ddp is not None and share is not None:
+            self._step_shared(self.ddp, loss, batch, note, *share)
+            return
         if not self.deferred:
             if not torch.isfinite(loss):
                 self._raise(f"{loss.item()}", batch, note)
@@ -501,10 +733,35 @@ class _Guard:
         loss.backward()
         self.optimizer.step()
 
+    def _step_shared(
+        self, ddp: _Dist, loss: Tensor, batch: int, note: str, n_rank: int, n_batch: int
+    ) -> None:
+        weight = n_rank / n_batch
+        if not self.deferred:
+            total = ddp.all_sum(loss.detach().double() * weight)  # the full-batch loss
+            if not torch.isfinite(total):
+                self._raise(f"{total.item()}", batch, note)
+        else:
+            bad = ~torch.isfinite(loss.detach()) & (self.first_bad < 0)
+            self.first_bad = torch.where(bad, batch, self.first_bad)
+            if batch % _CHECK_EVERY == 0:
+                self.check(note)
+        self.optimizer.zero_grad(set_to_none=True)
+        scale = ddp.world * weight
+        (loss if scale == 1.0 else loss * scale).backward()
+        self.optimizer.step()
+
     def check(self, note: str = "") -> None:
         """Raise DivergedError if a recorded loss was not finite (one host sync on CUDA)."""
-        if self.deferred and int(self.first_bad.item()) >= 0:
-            self._raise("not finite", int(self.first_bad.item()), note)
+        if not self.deferred:
+            return
+        first_bad = self.first_bad
+        if self.ddp is not None:  # the first bad batch on any rank, on every rank
+            none = torch.iinfo(torch.int64).max
+            first_bad = self.ddp.all_min(torch.where(first_bad < 0, none, first_bad))
+            first_bad = torch.where(first_bad == none, -1, first_bad)
+        if int(first_bad.item()) >= 0:
+            self._raise("not finite", int(first_bad.item()), note)
 
     def _raise(self, what: str, batch: int, note: str) -> None:
         lr = self.optimizer.param_groups[0]["lr"]
@@ -554,29 +811,42 @@ def _train_epoch(
     *,
     side: dict[str, Tensor] | None = None,
     mixer: Callable[[Tensor, Tensor], tuple[Tensor, Tensor, Tensor]] | None = None,
+    ddp: _Dist | None = None,
 ) -> dict[str, float]:
     """One pass over `batches`; returns ``train_loss`` and ``train_accuracy``.
 
     ``side`` holds per-sample keyword inputs of the loss (``objectness``, ``context``), indexed
     like the dataset and passed batch by batch. With `mixer` the accuracy is against the
-    batch's own (unmixed) labels.
+    batch's own (unmixed) labels. With `ddp` the batches are this rank's shares
+    ``(x, y, index, n_batch)`` and the sums are all-reduced over the ranks.
     """
     loss_sum = torch.zeros((), dtype=torch.float64, device=amp.device)
     correct = torch.zeros((), dtype=torch.int64, device=amp.device)
-    for batch, (xb, yb, index) in enumerate(batches, start=1):
-        if mixer is not None:
+    for batch, (xb, yb, index, *rest) in enumerate(batches, start=1):
+        if mixer is not None and len(yb):
             xb, lam, partner = mixer(xb, yb)
             logits = _forward(model, xb, amp)
             loss = lam * loss_fn(logits, yb) + (1 - lam) * loss_fn(logits, partner)
         else:
             logits = _forward(model, xb, amp)
-            if side:
+            if not len(yb):  # an empty DDP share: no loss, but the same collectives
+                loss = logits.sum() * 0.0
+            elif side:
                 loss = loss_fn(logits, yb, **{key: value[index] for key, value in side.items()})
             else:
                 loss = loss_fn(logits, yb)
-        guard.step(loss, batch)
+        guard.step(loss, batch, share=(len(yb), rest[0]) if rest else None)
         loss_sum += loss.detach().double() * len(yb)
         correct += (logits.detach().argmax(dim=1) == yb).sum()
+    return _train_metrics(loss_sum, correct, n, ddp)
+
+
+def _train_metrics(
+    loss_sum: Tensor, correct: Tensor, n: int, ddp: _Dist | None
+) -> dict[str, float]:
+    """``train_loss`` and ``train_accuracy`` from the sums of one epoch (all ranks' in DDP)."""
+    if ddp is not None:
+        loss_sum, correct = ddp.all_sum(loss_sum), ddp.all_sum(correct)
     return {"train_loss": loss_sum.item() / n, "train_accuracy": correct.item() / n}
 
 
@@ -597,12 +867,13 @@ def _train_epoch_interleaved(
     generator: torch.Generator,
     augment: torch.Generator,
     amp: _Amp,
+    ddp: _Dist | None = None,
 ) -> dict[str, float]:
     """One interleaved epoch (App. B): primary on majority batches, then beta * secondary.
 
     ``parts`` are the (majority, held-out) index tensors into the training split. Both parts
     are reshuffled with ``generator`` (majority first); the batch number in error messages
-    counts through the whole epoch.
+    counts through the whole epoch. With `ddp` each rank trains on its shares.
     """
     n = sum(len(part) for part in parts)
     loss_sum = torch.zeros((), dtype=torch.float64, device=amp.device)
@@ -612,16 +883,19 @@ def _train_epoch_interleaved(
     for term, part in zip(("primary", "secondary"), parts, strict=True):
         part = torch.as_tensor(part)
         order = part[torch.randperm(len(part), generator=generator)]
-        for xb, yb, _ in source.batches(order, batch_size, augment):
+        for xb, yb, _, *rest in source.batches(order, batch_size, augment, ddp):
             batch += 1
             logits = _forward(model, xb, amp)
-            loss = _term(loss_fn, logits, yb, term)
+            if not len(yb):  # an empty DDP share: no loss, but the same collectives
+                loss = logits.sum() * 0.0
+            else:
+                loss = _term(loss_fn, logits, yb, term)
             if term == "secondary":
                 loss = beta * loss
-            guard.step(loss, batch, f"{term} step, ")
+            guard.step(loss, batch, f"{term} step, ", share=(len(yb), rest[0]) if rest else None)
             loss_sum += loss.detach().double() * len(yb)
             correct += (logits.detach().argmax(dim=1) == yb).sum()
-    return {"train_loss": loss_sum.item() / n, "train_accuracy": correct.item() / n}
+    return _train_metrics(loss_sum, correct, n, ddp)
 
 
 #: Start of the error raised when interleaved training gets a loss without primary/secondary.
@@ -712,16 +986,25 @@ def _to_device(dataset: Dataset, device: torch.device) -> tuple[Tensor, Tensor]:
 
 
 def _predict_source(
-    model: nn.Module, source: _Source, amp: _Amp, batch_size: int = EVAL_BATCH_SIZE
+    model: nn.Module,
+    source: _Source,
+    amp: _Amp,
+    batch_size: int = EVAL_BATCH_SIZE,
+    *,
+    ddp: _Dist | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Float32 logits (N, K) and labels (N,) of a split in eval mode, in dataset order.
 
     Never under autocast: the reported calibration does not depend on the training precision.
-    Restores the model's train/eval mode.
+    Restores the model's train/eval mode. With `ddp` each rank predicts ``arange(N)[rank::world]``
+    (with the unwrapped model: no DDP collective per forward) and the shards are all-gathered
+    back into dataset order, on every rank.
     """
     was_training = model.training
     model.eval()
     order = torch.arange(source.n)
+    if ddp is not None:
+        order = order[ddp.rank :: ddp.world]
     try:
         with torch.inference_mode():
             logits, labels = [], []
@@ -730,6 +1013,8 @@ def _predict_source(
                 labels.append(yb)
     finally:
         model.train(was_training)
+    if ddp is not None:
+        return ddp.gather(torch.cat(logits), source.n), ddp.gather(torch.cat(labels), source.n)
     return torch.cat(logits), torch.cat(labels)
 
 
