@@ -108,6 +108,12 @@ def tracking_options(func: Callable) -> Callable:
 @click.option("--precision", default="auto", show_default=True,
               type=click.Choice(["auto", "bf16", "fp32"]),
               help="Training forward pass: auto = bf16 autocast on a GPU, fp32 on the CPU.")
+@click.option("--workers-per-trial", default=1, show_default=True, type=int,
+              help="Ray Train DDP workers per trial (NCCL on GPUs, gloo on CPUs); 1 = no DDP.")
+@click.option("--gpus-per-worker", default=0.0, show_default=True, type=float,
+              help="GPUs per DDP worker (with --workers-per-trial > 1).")
+@click.option("--cpus-per-worker", default=1.0, show_default=True, type=float,
+              help="CPUs per DDP worker (with --workers-per-trial > 1).")
 @click.option("--shift-eval", is_flag=True,
               help="Also evaluate each trial on the test set corrupted by 15 ImageNet-C "
                    "corruptions at severities 1-5, before and after its post-hoc calibrator.")
@@ -133,8 +139,9 @@ def tracking_options(func: Callable) -> Callable:
               help="Seeds the sampler, the data split and every trial.")
 @click.option("--name", default=None, help="Sweep name [default: <space>-<timestamp>].")
 @click.option("--address", default=None, help="Address of an existing Ray cluster.")
-@click.option("--storage-path", default=None, type=click.Path(file_okay=False),
-              help="Where Tune keeps checkpoints [default: ~/ray_results].")
+@click.option("--storage-path", default=None, metavar="PATH|URI",
+              help="Where Tune keeps checkpoints: a folder (an NFS mount on a cluster) or "
+                   "s3://bucket/prefix, gs://bucket/prefix [default: ~/ray_results].")
 @click.option("--posthoc", default="ts", show_default=True,
               help="Post-hoc calibrators fitted per trial on validation logits, comma-separated "
                    "(ts, ets, cts, pts, ts_sbece), or 'none'.")
@@ -144,7 +151,8 @@ def tracking_options(func: Callable) -> Callable:
 @friendly_errors
 def sweep(space: str, dataset: str, data_dir: str | None, download: bool, model: str | None,
           val_fraction: float | None, imbalance_ratio: float | None, gpus_per_trial: float,
-          cpus_per_trial: float, precision: str, shift_eval: bool, shift_samples: int,
+          cpus_per_trial: float, precision: str, workers_per_trial: int,
+          gpus_per_worker: float, cpus_per_worker: float, shift_eval: bool, shift_samples: int,
           num_samples: int,
           max_concurrent: int, epochs: int | None, objective: str, sampler: str,
           scheduler: str | None, scheduler_metric: str, tolerance: float, seed: int,
@@ -164,7 +172,9 @@ def sweep(space: str, dataset: str, data_dir: str | None, download: bool, model:
         storage_path=storage_path, posthoc=_names(posthoc), checkpoint_every=checkpoint_every,
         model=model, gpus_per_trial=gpus_per_trial, cpus_per_trial=cpus_per_trial,
         precision=precision, download=download, val_fraction=val_fraction,
-        imbalance_ratio=imbalance_ratio, shift_eval=shift_eval, shift_samples=shift_samples)
+        imbalance_ratio=imbalance_ratio, shift_eval=shift_eval, shift_samples=shift_samples,
+        workers_per_trial=workers_per_trial, gpus_per_worker=gpus_per_worker,
+        cpus_per_worker=cpus_per_worker)
     settings.validate()
     loaded = load_space(space)
     result = run_sweep(loaded, settings, progress=_echo)

@@ -31,7 +31,8 @@ from raysearch import tracking
 from raysearch.config import RunConfig
 from raysearch.data import available_datasets
 from raysearch.spaces import SearchSpace, load_space
-from raysearch.trainable import COMPLETED, DIVERGED, run_trial, trial_env
+from raysearch.storage import check_storage, resolve_storage
+from raysearch.trainable import COMPLETED, DIVERGED, run_trial, trial_env, trial_resources
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +69,9 @@ class SweepSettings:
         scheduler_metric: metric ASHA compares (default ``val_nll``, lower is better).
         tolerance: accuracy tolerance of the selection rule (absolute fraction, default 0.01).
         address: address of an existing Ray cluster (None: start a local Ray).
-        storage_path: where Tune keeps trial checkpoints (absolute; default ``~/ray_results``).
+        storage_path: where Tune keeps trial checkpoints: a local folder (an NFS mount on a
+            cluster) or a URI such as ``s3://bucket/prefix`` or ``gs://bucket/prefix``, read
+            and written through pyarrow's filesystems (default ``~/ray_results``).
         n_bins: bins of the reported calibration errors.
         cpus_per_trial: CPUs reserved per trial.
         posthoc: post-hoc calibrators fitted on each trial's validation logits and measured on
@@ -86,6 +89,10 @@ class SweepSettings:
             ImageNet-C corruptions at severities 1-5 (a subsample of `shift_samples` images,
             corrupted once by the driver), before and after the first `posthoc` calibrator.
         shift_samples: test images in the shift evaluation (stratified subsample).
+        workers_per_trial: Ray Train DDP workers per trial (1: no DDP, the trial trains in its
+            own process).
+        gpus_per_worker: GPUs per DDP worker.
+        cpus_per_worker: CPUs per DDP worker.
     """
 
     num_samples: int = 8
@@ -116,6 +123,9 @@ class SweepSettings:
     imbalance_ratio: float | None = None
     shift_eval: bool = False
     shift_samples: int = 1000
+    workers_per_trial: int = 1
+    gpus_per_worker: float = 0.0
+    cpus_per_worker: float = 1.0
     extra_overrides: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -155,6 +165,16 @@ class SweepSettings:
         if self.precision not in PRECISIONS:
             raise ValueError(f"unknown precision '{self.precision}'; "
                              f"choose from {', '.join(PRECISIONS)}")
+        if isinstance(self.workers_per_trial, bool) or not isinstance(
+                self.workers_per_trial, int) or self.workers_per_trial < 1:
+            raise ValueError(f"`workers_per_trial` must be an int >= 1, "
+                             f"got {self.workers_per_trial!r}")
+        if not self.gpus_per_worker >= 0 or not self.cpus_per_worker > 0:
+            raise ValueError("`gpus_per_worker` must be >= 0 and `cpus_per_worker` > 0, got "
+                             f"{self.gpus_per_worker} and {self.cpus_per_worker}")
+        if self.workers_per_trial > 1 and self.gpus_per_trial:
+            raise ValueError("with --workers-per-trial > 1 the GPUs are per worker: use "
+                             "--gpus-per-worker instead of --gpus-per-trial")
         if self.shift_samples < 1:
             raise ValueError(f"`shift_samples` must be >= 1, got {self.shift_samples}")
         if self.shift_eval and not self.posthoc:
@@ -302,19 +322,80 @@ def prepare_data(space: SearchSpace, settings: SweepSettings,
     return data
 
 
+#: Set by Ray in the environment of a Ray Job's entrypoint (``ray job submit -- ...``).
+_RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+
+
+def in_ray_job() -> bool:
+    """True when this process is a Ray Job's entrypoint (its cwd is a temporary copy)."""
+    return _RAY_JOB_ENV in os.environ
+
+
+def is_remote_address(address: str | None) -> bool:
+    """True when the sweep's driver-side work may run away from this machine's cwd.
+
+    A Ray Client address (``ray://``, even tunnelled to 127.0.0.1: Tune then runs the sweep on
+    the head node) or a cluster on another host; ``auto``/``local``/None and a GCS address on
+    this machine are local.
+    """
+    if not address or address in ("local", "auto"):
+        return False
+    if address.startswith("ray://"):
+        return True
+    host = address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+    return host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0")
+
+
+def check_tracking_for_cluster(uri: str | None, address: str | None) -> None:
+    """Refuse a relative SQLite tracking URI when the sweep runs on a remote cluster.
+
+    The MLflow records are written by the sweep's driver-side callback, which runs where Tune's
+    controller runs: on the head node for a Ray Client address (``ray://``) or a Ray Job, whose
+    working directory is a temporary copy that vanishes with the job. A relative SQLite file
+    (including the default ``./mlruns.db``) would land there. An ``http(s)://`` tracking
+    server, a database URI or an absolute SQLite path that exists where the driver runs is
+    accepted.
+
+    Args:
+        uri (str | None): the tracking URI as the user gave it (``--tracking-uri`` or
+            ``$MLFLOW_TRACKING_URI``); None means the default ``./mlruns.db``.
+        address (str | None): ``--address``.
+
+    Raises:
+        ValueError: one line saying why and what to use instead.
+    """
+    if not is_remote_address(address) and not in_ray_job():
+        return
+    if uri is not None and (not uri.startswith("sqlite:///") or uri.startswith("sqlite:////")):
+        return
+    uri = uri or "sqlite:///mlruns.db (the default)"
+    where = (f"--address {address} runs the sweep on a remote Ray cluster"
+             if is_remote_address(address) else "this sweep runs as a Ray Job")
+    raise ValueError(f"--tracking-uri {uri} is a relative SQLite file, but {where}, where the "
+                     "driver's working folder may be a temporary copy: use an MLflow server "
+                     "(--tracking-uri http://HOST:5000) or an absolute sqlite:////path")
+
+
 def check_gpus(settings: SweepSettings) -> None:
     """Fail in one line when trials ask for GPUs that the Ray cluster does not have."""
-    if not settings.gpus_per_trial:
+    if settings.workers_per_trial > 1:
+        wanted = settings.workers_per_trial * settings.gpus_per_worker
+        option = f"--workers-per-trial {settings.workers_per_trial} --gpus-per-worker " \
+                 f"{settings.gpus_per_worker:g}"
+    else:
+        wanted, option = settings.gpus_per_trial, f"--gpus-per-trial {settings.gpus_per_trial:g}"
+    if not wanted:
         return
     have = float(ray.cluster_resources().get("GPU", 0))
-    if have >= settings.gpus_per_trial:
+    if have >= wanted:
         return
-    where = f"the Ray cluster at {settings.address}" if settings.address else "this machine"
-    message = (f"--gpus-per-trial {settings.gpus_per_trial:g} but {where} has "
-               f"{have:g} GPU; leave --gpus-per-trial out to train on the CPU")
-    if settings.address and have == 0:
+    cluster = bool(settings.address) or in_ray_job()
+    where = "the Ray cluster" if cluster else "this machine"
+    message = (f"{option} needs {wanted:g} GPU per trial but {where} has {have:g}; "
+               "leave the GPU options out to train on the CPU")
+    if cluster:
         # an autoscaling cluster may still add GPU nodes: say it, and let Ray wait for them
-        logger.warning("%s (waiting for the autoscaler)", message)
+        logger.warning("%s (waiting for the autoscaler to add GPU nodes)", message)
         return
     raise ValueError(message)
 
@@ -363,6 +444,10 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
     client, uri = tracking.get_client(settings.tracking_uri)
     overrides = settings.overrides()
     data = prepare_data(space, settings, say)  # bad paths and names fail here, before Ray
+    storage = resolve_storage(settings.storage_path)
+    check_storage(storage)
+    check_tracking_for_cluster(settings.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"),
+                               settings.address)
 
     name = settings.name or default_sweep_name(space)
     experiment_id = tracking.ensure_experiment(client, settings.experiment, uri)
@@ -382,6 +467,8 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
         "selection_rule": f"lowest val_ece within {settings.tolerance} of the best val_accuracy",
         "model": settings.model or "space", "gpus_per_trial": settings.gpus_per_trial,
         "cpus_per_trial": settings.cpus_per_trial, "precision": settings.precision,
+        "workers_per_trial": settings.workers_per_trial,
+        "storage_path": storage,
         **{f"data_{k}": v for k, v in data.info.items()},
     })
     gpu = f", {settings.gpus_per_trial:g} GPU per trial" if settings.gpus_per_trial else ""
@@ -412,16 +499,19 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
         callback = tracking.MlflowSweepCallback(
             client, experiment_id, parent_id, name, space, overrides, progress=say,
             total=settings.num_samples)
-        storage = settings.storage_path or str(Path("~/ray_results").expanduser())
-        resources = {"cpu": settings.cpus_per_trial}
-        if settings.gpus_per_trial:
-            resources["gpu"] = settings.gpus_per_trial
+        resources = trial_resources(
+            cpus_per_trial=settings.cpus_per_trial, gpus_per_trial=settings.gpus_per_trial,
+            workers=settings.workers_per_trial, cpus_per_worker=settings.cpus_per_worker,
+            gpus_per_worker=settings.gpus_per_worker)
         trainable = tune.with_resources(
             tune.with_parameters(run_trial, space=space, overrides=overrides,
                                  posthoc=tuple(settings.posthoc),
                                  checkpoint_every=settings.checkpoint_every,
                                  precision=settings.precision,
-                                 cpus_per_trial=settings.cpus_per_trial, shift_set=shift_set),
+                                 cpus_per_trial=settings.cpus_per_trial, shift_set=shift_set,
+                                 workers=settings.workers_per_trial,
+                                 cpus_per_worker=settings.cpus_per_worker,
+                                 gpus_per_worker=settings.gpus_per_worker),
             resources)
         tuner = tune.Tuner(
             trainable,
@@ -429,7 +519,7 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
                                         num_samples=settings.num_samples, reuse_actors=True,
                                         max_concurrent_trials=settings.max_concurrent),
             run_config=tune.RunConfig(
-                name=name, storage_path=str(Path(storage).resolve()), verbose=0,
+                name=name, storage_path=storage, verbose=0,
                 callbacks=[callback],
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
                 failure_config=tune.FailureConfig(max_failures=0, fail_fast=False)),

@@ -43,6 +43,10 @@ SWEEP_TAG = "raysearch.sweep"
 CONFIG_TAG = "raysearch.config"
 COMPLETE_TAG = "raysearch.complete"
 TRIAL_TAG = "raysearch.trial_id"
+#: Child-run tag: the Ray node id the trial ran on (rank 0 for a DDP trial).
+NODE_TAG = "raysearch.node_id"
+#: Result key of that node id (reported by every trial).
+NODE_KEY = "node_id"
 PARENT_TAG = "mlflow.parentRunId"
 DEFAULT_EXPERIMENT = "raysearch"
 METRIC_PREFIXES = ("train_", "val_", "test_", "shift_")
@@ -207,6 +211,7 @@ class MlflowSweepCallback(tune.Callback):
         self.children: dict[str, str] = {}  # trial id -> run id, filled by the writer thread
         self.started: dict[str, float] = {}
         self.last_line: dict[str, float] = {}
+        self.nodes: dict[str, str] = {}  # trial id -> Ray node id its (rank-0) process ran on
         self.finished = 0
         self._queue: queue.Queue = queue.Queue()
         self._writer = threading.Thread(target=self._drain, name="raysearch-mlflow", daemon=True)
@@ -276,12 +281,20 @@ class MlflowSweepCallback(tune.Callback):
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict,  # noqa: D102
                         **info: Any) -> None:
         self._start(trial)
+        self._tag_node(trial.trial_id, result)
         metrics = _numeric_metrics(result)
         if metrics:
             tid = trial.trial_id
             step = int(result.get("epoch", result.get("training_iteration", 0)))
             self._submit(lambda: log_metrics(self.client, self.children[tid], metrics, step))
             self._epoch_line(trial, step, metrics)
+
+    def _tag_node(self, tid: str, result: dict) -> None:
+        node = result.get(NODE_KEY)
+        if not isinstance(node, str) or self.nodes.get(tid) == node:
+            return
+        self.nodes[tid] = node
+        self._submit(lambda: self.client.set_tag(self.children[tid], NODE_TAG, node))
 
     def _epoch_line(self, trial: Any, epoch: int, metrics: dict[str, float]) -> None:
         now = time.monotonic()
@@ -302,6 +315,7 @@ class MlflowSweepCallback(tune.Callback):
         self._start(trial)
         tid = trial.trial_id
         result = dict(trial.last_result or {})
+        self._tag_node(tid, result)
         if result.get(DIVERGED):
             self._fail(trial, str(result[DIVERGED]), result)
             return

@@ -26,7 +26,7 @@ def ray_session():
     if not ray.is_initialized():
         from raysearch.trainable import trial_env
 
-        ray.init(num_cpus=2, log_to_driver=False, include_dashboard=False,
+        ray.init(address="local", num_cpus=2, log_to_driver=False, include_dashboard=False,
                  runtime_env={"env_vars": trial_env()})
     init_ray()  # no-op once initialised: what the CLI does
     yield ray
@@ -64,6 +64,40 @@ def mlflow_server(tmp_path_factory):
                 raise RuntimeError(f"mlflow server did not start: {tail}") from None
             time.sleep(0.5)
     yield uri
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3-compatible server (moto's standalone server) on a free port of 127.0.0.1.
+
+    Yields the environment a client needs (``AWS_ENDPOINT_URL`` and dummy credentials, which
+    the server accepts); the process is stopped by its pid at the end of the session.
+    """
+    root = tmp_path_factory.mktemp("s3_server")
+    port = _free_port()
+    log = open(root / "server.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
+                             str(port)], stdout=log, stderr=subprocess.STDOUT)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(endpoint + "/moto-api/", timeout=2).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"moto server did not start: "
+                                   f"{(root / 'server.log').read_text()[-2000:]}") from None
+            time.sleep(0.3)
+    yield {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
     proc.terminate()
     try:
         proc.wait(timeout=20)

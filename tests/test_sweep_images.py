@@ -131,7 +131,7 @@ def test_gpus_per_trial_without_a_gpu_is_one_line(ray_session, cifar_dir, tmp_pa
                                        str(cifar_dir), "--gpus-per-trial", "0.5",
                                        "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"])
     assert result.exit_code == 2
-    assert "--gpus-per-trial 0.5 but this machine has 0 GPU" in result.output
+    assert "--gpus-per-trial 0.5 needs 0.5 GPU per trial but this machine has 0" in result.output
 
 
 def test_shift_eval_needs_an_image_dataset(tmp_path):
