@@ -370,18 +370,15 @@ def test_densenet_bad_arguments(kwargs, match):
 # --- torchvision:<name> ----------------------------------------------------------------------
 
 
-def test_torchvision_resnet18(monkeypatch):
-    calls = []
-    real = torchvision.models.get_model
-
-    def recording(name, **kwargs):
-        calls.append((name, kwargs))
-        return real(name, **kwargs)
-
-    monkeypatch.setattr(torchvision.models, "get_model", recording)
+def test_torchvision_resnet18():
+    torch.manual_seed(5)
     model = build_model("torchvision:resnet18", num_classes=10, input_shape=(3, 32, 32))
-    assert calls == [("resnet18", {"weights": None, "num_classes": 10})]
+    torch.manual_seed(5)
+    untrained = torchvision.models.resnet18(weights=None, num_classes=10)
     assert isinstance(model, torchvision.models.ResNet)
+    # the same seeded initialisation as torchvision's own untrained model: no weights loaded
+    reference = untrained.state_dict()
+    assert all(torch.equal(v, reference[k]) for k, v in model.state_dict().items())
     # torchvision's resnet18: 11,689,512 for K=1000; the head shrinks by 513 * 990
     assert _n_params(model) == 11_689_512 - 513 * 990
     with torch.no_grad():
