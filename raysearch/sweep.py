@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -376,6 +377,27 @@ def check_tracking_for_cluster(uri: str | None, address: str | None) -> None:
                      "(--tracking-uri http://HOST:5000) or an absolute sqlite:////path")
 
 
+def check_ray_address(address: str | None, *, timeout: float = 5.0) -> None:
+    """Fail in one line when `address` (``host:port`` or ``ray://host:port``) is unreachable.
+
+    ``ray.init`` would otherwise retry for minutes. ``auto``, ``local`` and None are not probed.
+
+    Raises:
+        ValueError: naming the address and the socket error.
+    """
+    if not address or address in ("auto", "local"):
+        return
+    rest = address.split("://", 1)[-1]
+    host, _, port = rest.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--address {address}: expected host:port or ray://host:port")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise ValueError(f"cannot reach the Ray cluster at --address {address}: "
+                         f"{exc.strerror or exc}") from None
+
+
 def check_gpus(settings: SweepSettings) -> None:
     """Fail in one line when trials ask for GPUs that the Ray cluster does not have."""
     if settings.workers_per_trial > 1:
@@ -452,6 +474,7 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
     name = settings.name or default_sweep_name(space)
     experiment_id = tracking.ensure_experiment(client, settings.experiment, uri)
     metric, mode = OBJECTIVES[settings.objective]
+    check_ray_address(settings.address)
     init_ray(settings.address)
     check_gpus(settings)
     parent = client.create_run(experiment_id, run_name=name,

@@ -145,3 +145,12 @@ def test_relative_sqlite_refused_for_a_remote_cluster(tmp_path):
     assert done.returncode == 2
     assert "relative SQLite file" in done.stderr
     assert "use an MLflow server" in done.stderr
+
+
+def test_unreachable_address_is_one_line(tmp_path):
+    port = _free_port()  # nothing listens there
+    done = _sweep("ce", "--address", f"127.0.0.1:{port}", "--tracking-uri",
+                  f"sqlite:///{tmp_path / 'm.db'}", "--storage-path", str(tmp_path), timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"error: cannot reach the Ray cluster at --address "
+                                   f"127.0.0.1:{port}: Connection refused")
