@@ -84,7 +84,12 @@ def tracking_options(func: Callable) -> Callable:
 
 
 @main.command()
-@click.argument("space")
+@click.argument("space", required=False)
+@click.option("--resume", "resume", default=None, metavar="NAME",
+              help="Continue sweep NAME after its driver was killed or interrupted: finished "
+                   "trials are kept, unfinished and failed ones go on from their checkpoints. "
+                   "Takes the sweep's own space and settings (give no SPACE; --address, "
+                   "--tracking-uri and --experiment may be given).")
 @click.option("--dataset", default="digits", show_default=True,
               help="Dataset: digits (bundled), cifar10, cifar100, svhn, mnist, fashion_mnist, "
                    "tiny_imagenet, imagefolder.")
@@ -147,9 +152,17 @@ def tracking_options(func: Callable) -> Callable:
                    "(ts, ets, cts, pts, ts_sbece), or 'none'.")
 @click.option("--checkpoint-every", default=1, show_default=True, type=int,
               help="Checkpoint every N epochs (0: the last epoch only).")
+@click.option("--max-failures", default=None, type=click.IntRange(min=0), metavar="N",
+              help="Retry a trial that raised or whose node died up to N times, from its last "
+                   "checkpoint [default: 2 with --address, else 0].")
+@click.option("--fault-drill", default=None, type=click.IntRange(min=1), metavar="EPOCH",
+              help="Test the cluster's retry path: the first attempt of every trial fails "
+                   "after EPOCH (use with --max-failures >= 1).")
 @tracking_options
+@click.pass_context
 @friendly_errors
-def sweep(space: str, dataset: str, data_dir: str | None, download: bool, model: str | None,
+def sweep(ctx: click.Context, space: str | None, resume: str | None, dataset: str,
+          data_dir: str | None, download: bool, model: str | None,
           val_fraction: float | None, imbalance_ratio: float | None, gpus_per_trial: float,
           cpus_per_trial: float, precision: str, workers_per_trial: int,
           gpus_per_worker: float, cpus_per_worker: float, shift_eval: bool, shift_samples: int,
@@ -157,12 +170,34 @@ def sweep(space: str, dataset: str, data_dir: str | None, download: bool, model:
           max_concurrent: int, epochs: int | None, objective: str, sampler: str,
           scheduler: str | None, scheduler_metric: str, tolerance: float, seed: int,
           name: str | None, address: str | None, storage_path: str | None, posthoc: str,
-          checkpoint_every: int, tracking_uri: str | None, experiment: str) -> None:
-    """Run a sweep over SPACE (a bundled space name such as 'acls', or a YAML file)."""
+          checkpoint_every: int, max_failures: int | None, fault_drill: int | None,
+          tracking_uri: str | None,
+          experiment: str) -> None:
+    """Run a sweep over SPACE (a bundled space name such as 'acls', or a YAML file).
+
+    `raysearch sweep --resume NAME` continues a sweep whose driver was killed.
+    """
     from raysearch.spaces import load_space
-    from raysearch.sweep import SweepSettings, run_sweep
+    from raysearch.sweep import SweepSettings, resume_sweep, run_sweep
 
     _quiet_mlflow()
+    if resume is not None:
+        given = [f"--{p.name.replace('_', '-')}" for p in ctx.command.params
+                 if p.name not in ("resume", "address", "tracking_uri", "experiment", "space")
+                 and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
+        if space is not None:
+            raise ValueError(f"--resume {resume} continues the sweep with its own space: drop "
+                             f"SPACE ('{space}')")
+        if given:
+            raise ValueError(f"--resume {resume} continues the sweep with its own settings: "
+                             f"drop {', '.join(given)}")
+        result = resume_sweep(resume, tracking_uri=tracking_uri, experiment=experiment,
+                              address=address, progress=_echo)
+        _print_result(result)
+        return
+    if space is None:
+        raise ValueError("give a SPACE to sweep (e.g. `raysearch sweep acls`; `raysearch "
+                         "spaces list` shows them) or --resume NAME")
 
     settings = SweepSettings(
         num_samples=num_samples, max_concurrent=max_concurrent, epochs=epochs, dataset=dataset,
@@ -174,10 +209,14 @@ def sweep(space: str, dataset: str, data_dir: str | None, download: bool, model:
         precision=precision, download=download, val_fraction=val_fraction,
         imbalance_ratio=imbalance_ratio, shift_eval=shift_eval, shift_samples=shift_samples,
         workers_per_trial=workers_per_trial, gpus_per_worker=gpus_per_worker,
-        cpus_per_worker=cpus_per_worker)
+        cpus_per_worker=cpus_per_worker, max_failures=max_failures, fault_epoch=fault_drill)
     settings.validate()
     loaded = load_space(space)
     result = run_sweep(loaded, settings, progress=_echo)
+    _print_result(result)
+
+
+def _print_result(result: Any) -> None:
     click.echo("")
     click.echo(_pareto_table(result.trials))
     if result.selected is not None:

@@ -484,6 +484,41 @@ class SearchSpace:
                                  {m: dict(b) for m, b in self._branches.items()},
                                  dict(self._descriptions), dict(self._train)))
 
+    def to_dict(self) -> dict[str, Any]:
+        """The space as plain JSON-ready data (every branch's specs), for :meth:`from_dict`.
+
+        A sweep stores it with its record, so ``raysearch sweep --resume`` samples from the
+        same space even if its YAML files changed or are not on the resuming machine.
+        """
+        def specs(mapping: Mapping[str, _Spec]) -> dict[str, dict[str, Any]]:
+            return {k: {**dataclasses.asdict(v), "choices": list(v.choices)}
+                    for k, v in mapping.items()}
+
+        return {"name": self.name, "path": str(self.path), "description": self.description,
+                "conditional": self.conditional,
+                "branches": {m: specs(b) for m, b in self._branches.items()},
+                "descriptions": dict(self._descriptions), "train": specs(self._train)}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> SearchSpace:
+        """Rebuild a space written by :meth:`to_dict`.
+
+        Raises:
+            SpaceError: if `doc` lacks a key or holds a malformed spec.
+        """
+        def specs(mapping: Mapping[str, Any]) -> dict[str, _Spec]:
+            return {k: _Spec(**{**v, "choices": tuple(v.get("choices", ()))})
+                    for k, v in mapping.items()}
+
+        try:
+            return _rebuild_space(
+                str(doc["name"]), Path(doc["path"]), str(doc["description"]),
+                bool(doc["conditional"]),
+                {m: specs(b) for m, b in doc["branches"].items()},
+                dict(doc["descriptions"]), specs(doc["train"]))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise SpaceError(f"stored search space is malformed: {exc!r}") from None
+
     @property
     def methods(self) -> list[str]:
         """Loss names this space can choose (one for a single-method file)."""

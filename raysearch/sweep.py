@@ -10,10 +10,13 @@ config.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+import json
 import logging
 import os
 import socket
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -94,6 +97,11 @@ class SweepSettings:
             own process).
         gpus_per_worker: GPUs per DDP worker.
         cpus_per_worker: CPUs per DDP worker.
+        max_failures: how often Tune retries a trial that raised or whose node died, from its
+            last checkpoint, on any node (``FailureConfig``); None (default): 2 on a cluster
+            (`address` set, or a Ray Job), else 0. A diverged trial is never retried.
+        fault_epoch: a fault drill for testing a cluster's retry path: the first attempt of
+            every trial raises after reporting this epoch (see ``run_trial``); None: never.
     """
 
     num_samples: int = 8
@@ -127,6 +135,8 @@ class SweepSettings:
     workers_per_trial: int = 1
     gpus_per_worker: float = 0.0
     cpus_per_worker: float = 1.0
+    max_failures: int | None = None
+    fault_epoch: int | None = None
     extra_overrides: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -176,6 +186,12 @@ class SweepSettings:
         if self.workers_per_trial > 1 and self.gpus_per_trial:
             raise ValueError("with --workers-per-trial > 1 the GPUs are per worker: use "
                              "--gpus-per-worker instead of --gpus-per-trial")
+        if self.max_failures is not None and (isinstance(self.max_failures, bool) or not
+                                              isinstance(self.max_failures, int)
+                                              or self.max_failures < 0):
+            raise ValueError(f"`max_failures` must be an int >= 0, got {self.max_failures!r}")
+        if self.fault_epoch is not None and self.fault_epoch < 1:
+            raise ValueError(f"`fault_epoch` must be >= 1, got {self.fault_epoch}")
         if self.shift_samples < 1:
             raise ValueError(f"`shift_samples` must be >= 1, got {self.shift_samples}")
         if self.shift_eval and not self.posthoc:
@@ -187,6 +203,26 @@ class SweepSettings:
         if self.posthoc and unknown:
             raise ValueError(f"Unknown calibrator '{unknown[0]}' in `posthoc`; available: "
                              f"{', '.join(available_calibrators())}")
+
+    def resolved_max_failures(self) -> int:
+        """`max_failures`, or its default: 2 on a cluster (`address` or a Ray Job), else 0."""
+        if self.max_failures is not None:
+            return self.max_failures
+        return 2 if (self.address and self.address != "local") or in_ray_job() else 0
+
+    def to_record(self) -> dict[str, Any]:
+        """The settings as JSON-ready data (the sweep's record, for ``--resume``)."""
+        out = dataclasses.asdict(self)
+        out["posthoc"] = list(self.posthoc)
+        return out
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> SweepSettings:
+        """Settings written by :meth:`to_record` (unknown keys are ignored)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in record.items() if k in names}
+        values["posthoc"] = tuple(values.get("posthoc", ()))
+        return cls(**values)
 
     def overrides(self) -> dict[str, Any]:
         """RunConfig fields every trial of the sweep shares."""
@@ -443,6 +479,28 @@ def default_sweep_name(space: SearchSpace) -> str:
     return f"{space.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+#: Parent-run artifact holding what ``--resume`` needs: the settings and the search space.
+SWEEP_RECORD = "sweep.json"
+
+
+def check_new_sweep_name(client: Any, experiment: str, name: str) -> None:
+    """Refuse a sweep name the experiment already holds (its runs would be mixed up).
+
+    Raises:
+        ValueError: one line naming the existing sweep and suggesting ``--resume``.
+    """
+    if client.get_experiment_by_name(experiment) is None:
+        return
+    try:
+        parent = tracking.find_sweep(client, name, experiment)
+    except ValueError:
+        return
+    started = time.strftime("%Y-%m-%d %H:%M", time.localtime(parent.info.start_time / 1000))
+    raise ValueError(f"a sweep named '{name}' already exists in experiment '{experiment}' "
+                     f"(started {started}, {parent.info.status}): continue it with "
+                     f"`raysearch sweep --resume {name}` or choose another --name")
+
+
 def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = None, *,
               progress: Callable[[str], None] | None = None) -> SweepResult:
     """Run one sweep end to end and return its trials table and selected trial.
@@ -456,30 +514,31 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
         The :class:`SweepResult`.
 
     Raises:
-        ValueError: on bad settings, an unknown space, or an unreachable tracking URI; all are
-            checked before Ray starts or any trial runs.
+        ValueError: on bad settings, an unknown space, an unreachable tracking URI, or a sweep
+            name the experiment already has (use :func:`resume_sweep`); all are checked before
+            Ray starts or any trial runs.
     """
     settings = settings or SweepSettings()
     settings.validate()
     space = space if isinstance(space, SearchSpace) else load_space(space)
     say = progress or (lambda line: logger.info("%s", line))
     client, uri = tracking.get_client(settings.tracking_uri)
-    overrides = settings.overrides()
+    name = settings.name or default_sweep_name(space)
+    check_new_sweep_name(client, settings.experiment, name)
     data = prepare_data(space, settings, say)  # bad paths and names fail here, before Ray
     storage = resolve_storage(settings.storage_path)
     check_storage(storage)
     check_tracking_for_cluster(settings.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"),
                                settings.address)
 
-    name = settings.name or default_sweep_name(space)
     experiment_id = tracking.ensure_experiment(client, settings.experiment, uri)
-    metric, mode = OBJECTIVES[settings.objective]
     check_ray_address(settings.address)
     init_ray(settings.address)
     check_gpus(settings)
     parent = client.create_run(experiment_id, run_name=name,
                                tags={tracking.SWEEP_TAG: name, "raysearch.space": space.name})
     parent_id = parent.info.run_id
+    max_failures = settings.resolved_max_failures()
     tracking.log_params(client, parent_id, {
         "space": space.name, "methods": ",".join(space.methods), "dataset": settings.dataset,
         "num_samples": settings.num_samples, "max_concurrent": settings.max_concurrent,
@@ -490,15 +549,102 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
         "selection_rule": f"lowest val_ece within {settings.tolerance} of the best val_accuracy",
         "model": settings.model or "space", "gpus_per_trial": settings.gpus_per_trial,
         "cpus_per_trial": settings.cpus_per_trial, "precision": settings.precision,
-        "workers_per_trial": settings.workers_per_trial,
+        "workers_per_trial": settings.workers_per_trial, "max_failures": max_failures,
         "storage_path": storage,
         **{f"data_{k}": v for k, v in data.info.items()},
     })
+    record = {"version": 1, "name": name, "storage_path": storage,
+              "settings": {**settings.to_record(), "name": name},
+              "space": space.to_dict()}
+    client.log_text(parent_id, json.dumps(record, indent=1), SWEEP_RECORD)
     gpu = f", {settings.gpus_per_trial:g} GPU per trial" if settings.gpus_per_trial else ""
     say(f"sweep {name}: {settings.num_samples} trials of space '{space.name}' on "
         f"{settings.dataset} ({_sizes(data)}){gpu}, objective {settings.objective}, sampler "
         f"{settings.sampler}; MLflow {uri} (experiment '{settings.experiment}')")
+    return _execute(space, settings, client, uri, experiment_id, parent_id, name, storage, data,
+                    say)
 
+
+def resume_sweep(name: str, *, tracking_uri: str | None = None,
+                 experiment: str = tracking.DEFAULT_EXPERIMENT, address: str | None = None,
+                 progress: Callable[[str], None] | None = None) -> SweepResult:
+    """Continue sweep `name` after its driver was killed or interrupted (``sweep --resume``).
+
+    The sweep's settings and search space come from its record (``sweep.json`` of the parent
+    run); Tune's experiment state, the Optuna searcher and the trials' checkpoints come from
+    its storage path (``Tuner.restore``). Finished trials are not run again; unfinished ones
+    and ones that had failed resume from their last checkpoints (``resume_unfinished``,
+    ``resume_errored``: the same trial ids, so each keeps its one MLflow child run, set RUNNING
+    again); the searcher samples the trials the sweep still lacks. The parent run is reopened,
+    not recreated, and gets the selection, plot and table at the end as usual.
+
+    Args:
+        name: the sweep's name (``--name``, or the ``<space>-<timestamp>`` it printed).
+        tracking_uri: the store the sweep was tracked in (default as for a sweep).
+        experiment: its MLflow experiment.
+        address: the Ray cluster to continue on (default: the sweep's own ``--address``).
+        progress: as for :func:`run_sweep`.
+
+    Returns:
+        The :class:`SweepResult` over all the sweep's trials.
+
+    Raises:
+        ValueError: if the sweep is unknown, already finished, has no record (made by an
+            older raysearch) or no Tune experiment state at its storage path.
+    """
+    say = progress or (lambda line: logger.info("%s", line))
+    client, uri = tracking.get_client(tracking_uri)
+    parent = tracking.find_sweep(client, name, experiment)
+    if parent.info.status == "FINISHED":
+        raise ValueError(f"sweep '{name}' already finished; nothing to resume "
+                         f"(`raysearch report {name}` shows it)")
+    record = _load_record(client, parent.info.run_id, name)
+    space = SearchSpace.from_dict(record["space"])
+    settings = SweepSettings.from_record(record["settings"])
+    settings.tracking_uri, settings.experiment, settings.name = uri, experiment, name
+    if address is not None:
+        settings.address = address
+    settings.validate()
+    storage = record["storage_path"]
+    path = f"{storage.rstrip('/')}/{name}"
+    check_storage(storage)
+    if not tune.Tuner.can_restore(path):
+        raise ValueError(f"sweep '{name}' cannot be resumed: no Tune experiment state under "
+                         f"{path} (the driver stopped before Tune's first snapshot); start it "
+                         "again with another --name")
+    data = prepare_data(space, settings, say)
+    check_tracking_for_cluster(tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"),
+                               settings.address)
+    check_ray_address(settings.address)
+    init_ray(settings.address)
+    check_gpus(settings)
+    parent_id = parent.info.run_id
+    client.update_run(parent_id, status="RUNNING")
+    resumes = int(parent.data.tags.get("raysearch.resumes", 0)) + 1
+    client.set_tag(parent_id, "raysearch.resumes", str(resumes))
+    say(f"resuming sweep {name} from {path} ({settings.num_samples} trials of space "
+        f"'{space.name}' on {settings.dataset}); MLflow {uri} (experiment '{experiment}')")
+    return _execute(space, settings, client, uri, parent.info.experiment_id, parent_id, name,
+                    storage, data, say, restore=path)
+
+
+def _load_record(client: Any, parent_id: str, name: str) -> dict[str, Any]:
+    names = {a.path for a in client.list_artifacts(parent_id)}
+    if SWEEP_RECORD not in names:
+        raise ValueError(f"sweep '{name}' has no {SWEEP_RECORD} record (it was started by an "
+                         "older raysearch) and cannot be resumed")
+    with tempfile.TemporaryDirectory() as d:
+        local = client.download_artifacts(parent_id, SWEEP_RECORD, d)
+        return json.loads(Path(local).read_text())
+
+
+def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
+             experiment_id: str, parent_id: str, name: str, storage: str, data: Any,
+             say: Callable[[str], None], restore: str | None = None) -> SweepResult:
+    """Run (or, with `restore`, continue) the Tuner of a sweep; select and log at the end."""
+    metric, mode = OBJECTIVES[settings.objective]
+    overrides = settings.overrides()
+    max_failures = settings.resolved_max_failures()
     start = time.monotonic()
     status = "FAILED"
     callback = None
@@ -506,22 +652,11 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
         shift_set = None
         if settings.shift_eval:
             shift_set = build_shift(data, settings, say)
-        # a conditional space (all.yaml) first gives every method one trial, in file order, so
-        # that each method is on the board before the sampler concentrates on the good ones
-        warm_start = [{"method": m} for m in space.methods] if space.conditional else None
-        searcher = CompletedOnlyOptunaSearch(
-            space=space.define_by_run, metric=metric, mode=mode,
-            sampler=make_sampler(settings.sampler, settings.seed),
-            points_to_evaluate=warm_start)
-        scheduler = None
-        if settings.scheduler == "asha":
-            smode = "max" if settings.scheduler_metric.endswith("accuracy") else "min"
-            scheduler = ASHAScheduler(metric=settings.scheduler_metric, mode=smode,
-                                      time_attr="training_iteration", grace_period=1,
-                                      max_t=max(settings.epochs or 100, 1))
+        # the callback Tune calls after a restore is the copy pickled with the experiment;
+        # every copy in this process shares one writer, which this one flushes below
         callback = tracking.MlflowSweepCallback(
             client, experiment_id, parent_id, name, space, overrides, progress=say,
-            total=settings.num_samples)
+            total=settings.num_samples, max_failures=max_failures)
         resources = trial_resources(
             cpus_per_trial=settings.cpus_per_trial, gpus_per_trial=settings.gpus_per_trial,
             workers=settings.workers_per_trial, cpus_per_worker=settings.cpus_per_worker,
@@ -534,24 +669,23 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
                                  cpus_per_trial=settings.cpus_per_trial, shift_set=shift_set,
                                  workers=settings.workers_per_trial,
                                  cpus_per_worker=settings.cpus_per_worker,
-                                 gpus_per_worker=settings.gpus_per_worker),
+                                 gpus_per_worker=settings.gpus_per_worker,
+                                 fault_epoch=settings.fault_epoch),
             resources)
-        tuner = tune.Tuner(
-            trainable,
-            tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler,
-                                        num_samples=settings.num_samples, reuse_actors=True,
-                                        max_concurrent_trials=settings.max_concurrent),
-            run_config=tune.RunConfig(
-                name=name, storage_path=storage, verbose=0,
-                callbacks=[callback],
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
-                failure_config=tune.FailureConfig(max_failures=0, fail_fast=False)),
-        )
+        if restore is not None:
+            # unfinished trials go on from their checkpoints; failed ones too (resume, not
+            # restart: a restarted trial gets a new id, hence a second MLflow run)
+            tuner = tune.Tuner.restore(restore, trainable=trainable, resume_unfinished=True,
+                                       resume_errored=True)
+        else:
+            tuner = _new_tuner(space, settings, trainable, callback, name, storage, metric,
+                               mode, max_failures)
         tuner.fit()
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
-        say("interrupted: finished trials are kept in MLflow; selecting among them")
+        say(f"interrupted: finished trials are kept in MLflow; selecting among them "
+            f"(`raysearch sweep --resume {name}` continues the sweep)")
         raise
     finally:
         if callback is not None:
@@ -566,3 +700,31 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
     say(f"sweep {name} finished in {seconds:.1f}s: {done}/{settings.num_samples} trials "
         f"complete; parent run {parent_id}")
     return SweepResult(name, parent_id, uri, frame, selected, seconds)
+
+
+def _new_tuner(space: SearchSpace, settings: SweepSettings, trainable: Any, callback: Any,
+               name: str, storage: str, metric: Any, mode: Any, max_failures: int) -> Any:
+    # a conditional space (all.yaml) first gives every method one trial, in file order, so
+    # that each method is on the board before the sampler concentrates on the good ones
+    warm_start = [{"method": m} for m in space.methods] if space.conditional else None
+    searcher = CompletedOnlyOptunaSearch(
+        space=space.define_by_run, metric=metric, mode=mode,
+        sampler=make_sampler(settings.sampler, settings.seed),
+        points_to_evaluate=warm_start)
+    scheduler = None
+    if settings.scheduler == "asha":
+        smode = "max" if settings.scheduler_metric.endswith("accuracy") else "min"
+        scheduler = ASHAScheduler(metric=settings.scheduler_metric, mode=smode,
+                                  time_attr="training_iteration", grace_period=1,
+                                  max_t=max(settings.epochs or 100, 1))
+    return tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler,
+                                    num_samples=settings.num_samples, reuse_actors=True,
+                                    max_concurrent_trials=settings.max_concurrent),
+        run_config=tune.RunConfig(
+            name=name, storage_path=storage, verbose=0,
+            callbacks=[callback],
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+            failure_config=tune.FailureConfig(max_failures=max_failures, fail_fast=False)),
+    )

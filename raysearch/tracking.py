@@ -8,6 +8,7 @@ SQLite store at once race on its migrations).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -35,7 +36,14 @@ from raysearch import plots
 from raysearch.config import RunConfig
 from raysearch.selection import selection_table
 from raysearch.spaces import SearchSpace
-from raysearch.trainable import ARTIFACT_FILES, COMPLETED, DIVERGED, LOGITS_FILE, RELIABILITY
+from raysearch.trainable import (
+    ARTIFACT_FILES,
+    COMPLETED,
+    DIVERGED,
+    LOGITS_FILE,
+    RELIABILITY,
+    RESUMED_FROM,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +56,15 @@ NODE_TAG = "raysearch.node_id"
 #: Result key of that node id (reported by every trial).
 NODE_KEY = "node_id"
 PARENT_TAG = "mlflow.parentRunId"
+#: Child-run tag: why the run ended (complete, stopped_early, diverged, error, interrupted).
+OUTCOME_TAG = "raysearch.outcome"
+#: Outcomes of trials that Tune will not train again: a resumed sweep leaves their runs as is.
+SEALED_OUTCOMES = ("complete", "stopped_early", "diverged")
+#: Child-run tag: how many times Tune retried the trial (``--max-failures``).
+RETRIES_TAG = "raysearch.retries"
+#: Child-run tag: the checkpoint epoch the trial's last attempt resumed from.
+RESUMED_TAG = "raysearch.resumed_from_epoch"
+ERROR_TAG = "raysearch.error"
 DEFAULT_EXPERIMENT = "raysearch"
 METRIC_PREFIXES = ("train_", "val_", "test_", "shift_")
 
@@ -170,16 +187,97 @@ def log_reliability(client: MlflowClient, run_id: str, bins: dict[str, list], ti
         client.log_artifact(run_id, str(path))
 
 
+class _SweepBook:
+    """One sweep's child-run bookkeeping and its MLflow writer thread, one per driver process.
+
+    Tune pickles callbacks with its state (``tuner.pkl``) and ``Tuner.restore`` brings back a
+    copy; every copy of a sweep's :class:`MlflowSweepCallback` in a process shares this book
+    (keyed by the parent run id), so the copy Tune calls and the one the driver flushes agree.
+    """
+
+    def __init__(self, client: MlflowClient) -> None:
+        self.client = client
+        self.lock = threading.Lock()
+        self.children: dict[str, str] = {}  # trial id -> run id (set by the writer thread)
+        self.started: dict[str, float] = {}
+        self.last_line: dict[str, float] = {}
+        self.nodes: dict[str, str] = {}  # trial id -> Ray node id its (rank-0) process ran on
+        self.steps: dict[str, int] = {}  # trial id -> last epoch logged (no duplicate steps)
+        self.retries: dict[str, int] = {}
+        self.resumed: dict[str, int] = {}  # trial id -> checkpoint epoch its attempt resumed
+        self.sealed: set[str] = set()  # runs ended before a resume: left exactly as they are
+        self.reopen: set[str] = set()  # runs to set RUNNING again when their trial restarts
+        self.count = 0  # child runs created or adopted (numbers the run names)
+        self.finished = 0
+        self.adopted = False
+        self.queue: queue.Queue = queue.Queue()
+        self.writer = threading.Thread(target=self._drain, name="raysearch-mlflow", daemon=True)
+        self.writer.start()
+
+    def _drain(self) -> None:
+        while True:
+            job = self.queue.get()
+            try:
+                if job is None:
+                    return
+                job()
+            except Exception as exc:  # a failed write must not stop the sweep or later writes
+                logger.warning("MLflow write failed: %s", exc)
+            finally:
+                self.queue.task_done()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        self.queue.put(job)
+
+    def flush(self) -> None:
+        """Wait until every queued write is done."""
+        if self.writer.is_alive():
+            self.queue.join()
+
+    def close(self) -> None:
+        if self.writer.is_alive():
+            self.queue.put(None)
+            self.writer.join()
+
+
+_BOOKS: dict[str, _SweepBook] = {}
+_BOOKS_LOCK = threading.Lock()
+
+
+def _book_for(parent_run_id: str, client: MlflowClient) -> _SweepBook:
+    with _BOOKS_LOCK:
+        book = _BOOKS.get(parent_run_id)
+        if book is None or not book.writer.is_alive():
+            book = _BOOKS[parent_run_id] = _SweepBook(client)
+        return book
+
+
+def _last_step(client: MlflowClient, run_id: str) -> int:
+    """Last epoch logged to `run_id` (0 when none)."""
+    steps = [m.step for m in client.get_metric_history(run_id, "val_accuracy")]
+    return max(steps, default=0)
+
+
 class MlflowSweepCallback(tune.Callback):
     """Driver-side Tune callback: a child run per trial under the sweep's parent run.
 
     Params are logged at trial start, ``train_*``/``val_*`` metrics every epoch with
     ``step=epoch``, the ``test_*`` metrics and a reliability diagram at the end. The child ends
-    FINISHED (tag ``raysearch.complete`` says whether it ran all its epochs) or FAILED.
+    FINISHED (tag ``raysearch.complete`` says whether it ran all its epochs) or FAILED; the tag
+    ``raysearch.outcome`` says why (``complete``, ``stopped_early``, ``diverged``, ``error``,
+    ``interrupted``).
+
+    **Faults.** A trial that Tune retries (``--max-failures``) keeps its one child run: the
+    tag ``raysearch.retries`` counts the retries, ``raysearch.resumed_from_epoch`` names the
+    checkpoint the last attempt started from, and epochs the retry trains again are not logged
+    twice (a step is logged once). When a sweep is resumed (``raysearch sweep --resume``),
+    :meth:`setup` adopts the existing child runs by their trial id: runs that had ended keep
+    their records untouched, interrupted or failed ones are set RUNNING again when their trial
+    restarts.
 
     The MLflow writes run in order on one background thread of the driver, so Tune's event loop
     (and the trials waiting on it after each ``tune.report``) never waits on the store; call
-    :meth:`close` after ``Tuner.fit`` to flush them.
+    :meth:`close` after ``Tuner.fit`` to flush them (``on_experiment_end`` flushes too).
 
     Args:
         client: MLflow client of the sweep's store.
@@ -188,10 +286,12 @@ class MlflowSweepCallback(tune.Callback):
         sweep_name: the sweep's name (prefix of child run names).
         space: the sweep's search space (resolves trial configs).
         overrides: sweep-wide RunConfig overrides (dataset, epochs, seed, ...).
-        progress: called with one readable line per finished trial, and with an epoch line
-            for a running trial when its last line is at least :attr:`EPOCH_LINE_EVERY_S`
-            seconds old (long epochs on real datasets; digits trials finish first).
+        progress: called with one readable line per finished trial, one per retry, and with an
+            epoch line for a running trial when its last line is at least
+            :attr:`EPOCH_LINE_EVERY_S` seconds old (long epochs on real datasets; digits
+            trials finish first).
         total: number of trials of the sweep (for the progress line).
+        max_failures: retries Tune grants a failed trial (for the retry line).
     """
 
     #: Shortest gap (seconds) between two epoch lines of one running trial.
@@ -199,8 +299,9 @@ class MlflowSweepCallback(tune.Callback):
 
     def __init__(self, client: MlflowClient, experiment_id: str, parent_run_id: str,
                  sweep_name: str, space: SearchSpace, overrides: dict[str, Any],
-                 progress: Callable[[str], None] | None = None, total: int | None = None):
-        self.client = client
+                 progress: Callable[[str], None] | None = None, total: int | None = None,
+                 max_failures: int = 0):
+        self.tracking_uri = client.tracking_uri
         self.experiment_id = experiment_id
         self.parent_run_id = parent_run_id
         self.sweep_name = sweep_name
@@ -208,57 +309,101 @@ class MlflowSweepCallback(tune.Callback):
         self.overrides = overrides
         self.progress = progress
         self.total = total
-        self.children: dict[str, str] = {}  # trial id -> run id, filled by the writer thread
-        self.started: dict[str, float] = {}
-        self.last_line: dict[str, float] = {}
-        self.nodes: dict[str, str] = {}  # trial id -> Ray node id its (rank-0) process ran on
-        self.finished = 0
-        self._queue: queue.Queue = queue.Queue()
-        self._writer = threading.Thread(target=self._drain, name="raysearch-mlflow", daemon=True)
-        self._writer.start()
+        self.max_failures = max_failures
+        self._client = client
 
     def __getstate__(self) -> dict[str, Any]:
-        # Tune pickles callbacks with the experiment state: leave the thread and queue out
+        # Tune pickles callbacks with the experiment (tuner.pkl): the client and the book stay
         state = self.__dict__.copy()
-        state.pop("_queue", None)
-        state.pop("_writer", None)
+        state.pop("_client", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._queue = queue.Queue()
-        self._writer = threading.Thread(target=self._drain, name="raysearch-mlflow", daemon=True)
-        self._writer.start()
+        self._client = None
 
-    # -- the writer thread -----------------------------------------------------------------
-    def _drain(self) -> None:
-        while True:
-            job = self._queue.get()
-            try:
-                if job is None:
-                    return
-                job()
-            except Exception as exc:  # a failed write must not stop the sweep or later writes
-                logger.warning("MLflow write failed: %s", exc)
-            finally:
-                self._queue.task_done()
+    @property
+    def client(self) -> MlflowClient:
+        """Client of the sweep's store (recreated after unpickling)."""
+        if self._client is None:
+            self._client = MlflowClient(tracking_uri=self.tracking_uri)
+        return self._client
+
+    @property
+    def book(self) -> _SweepBook:
+        """This process's bookkeeping of the sweep (shared by every copy of the callback)."""
+        return _book_for(self.parent_run_id, self.client)
+
+    @property
+    def children(self) -> dict[str, str]:
+        """Trial id -> child run id (complete once :meth:`close` returned)."""
+        return self.book.children
+
+    @property
+    def finished(self) -> int:
+        """Trials that ended so far (including those recorded before a resume)."""
+        return self.book.finished
 
     def _submit(self, job: Callable[[], None]) -> None:
-        self._queue.put(job)
+        self.book.submit(job)
 
     def close(self) -> None:
         """Wait until every queued MLflow write is done, then stop the writer thread."""
-        if self._writer.is_alive():
-            self._queue.put(None)
-            self._writer.join()
+        with _BOOKS_LOCK:
+            book = _BOOKS.pop(self.parent_run_id, None)
+        if book is not None:
+            book.close()
 
     # -- Tune hooks (event loop thread) ------------------------------------------------------
-    def _start(self, trial: Any) -> None:
-        tid = trial.trial_id
-        if tid in self.started:
+    def setup(self, **info: Any) -> None:
+        """Adopt the child runs the sweep already has (a resumed sweep); no-op on a new one."""
+        book = self.book
+        if book.adopted:
             return
-        self.started[tid] = time.monotonic()
-        index = len(self.started) - 1
+        book.adopted = True
+        runs, token = [], None
+        while True:
+            page = self.client.search_runs(
+                [self.experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{self.parent_run_id}'",
+                max_results=1000, page_token=token)
+            runs.extend(page)
+            token = page.token
+            if not token:
+                break
+        now = time.monotonic()
+        for run in runs:
+            tid = run.data.tags.get(TRIAL_TAG)
+            if not tid:
+                continue
+            book.count += 1
+            book.children[tid] = run.info.run_id
+            book.started[tid] = now
+            book.retries[tid] = int(run.data.tags.get(RETRIES_TAG, 0))
+            if run.data.tags.get(NODE_TAG):
+                book.nodes[tid] = run.data.tags[NODE_TAG]
+            outcome = run.data.tags.get(OUTCOME_TAG)
+            if run.info.status == "FINISHED" or outcome in SEALED_OUTCOMES:
+                book.sealed.add(tid)
+                book.finished += 1
+            else:
+                book.steps[tid] = _last_step(self.client, run.info.run_id)
+                if run.info.status != "RUNNING":
+                    book.reopen.add(tid)
+        if runs and self.progress is not None:
+            self.progress(f"resuming sweep {self.sweep_name}: {len(book.sealed)} trials already "
+                          f"recorded as ended, {len(runs) - len(book.sealed)} to continue")
+
+    def _start(self, trial: Any) -> None:
+        book = self.book
+        tid = trial.trial_id
+        if tid in book.started:
+            if tid in book.reopen:
+                book.reopen.discard(tid)
+                self._submit(lambda: self._reopen(tid))
+            return
+        book.started[tid] = time.monotonic()
+        index = book.count
+        book.count += 1
         try:
             cfg = self.space.resolve(trial.config, **self.overrides)
             cfg_json, params, method = json.dumps(cfg.to_dict()), run_params(cfg), cfg.method
@@ -270,10 +415,17 @@ class MlflowSweepCallback(tune.Callback):
                 self.experiment_id, run_name=f"{self.sweep_name}-{index:03d}-{method}",
                 tags={PARENT_TAG: self.parent_run_id, SWEEP_TAG: self.sweep_name,
                       TRIAL_TAG: tid, CONFIG_TAG: cfg_json})
-            self.children[tid] = run.info.run_id
+            book.children[tid] = run.info.run_id
             log_params(self.client, run.info.run_id, params)
 
         self._submit(create)
+
+    def _reopen(self, tid: str) -> None:
+        run_id = self.book.children[tid]
+        self.client.update_run(run_id, status="RUNNING")
+        for tag in (ERROR_TAG, OUTCOME_TAG, COMPLETE_TAG):
+            with contextlib.suppress(Exception):  # (absent tags)
+                self.client.delete_tag(run_id, tag)
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:  # noqa: D102
         self._start(trial)
@@ -281,50 +433,87 @@ class MlflowSweepCallback(tune.Callback):
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict,  # noqa: D102
                         **info: Any) -> None:
         self._start(trial)
-        self._tag_node(trial.trial_id, result)
+        tid = trial.trial_id
+        book = self.book
+        if tid in book.sealed:
+            return
+        self._tag_node(tid, result)
+        self._tag_resumed(tid, result)
         metrics = _numeric_metrics(result)
-        if metrics:
-            tid = trial.trial_id
-            step = int(result.get("epoch", result.get("training_iteration", 0)))
-            self._submit(lambda: log_metrics(self.client, self.children[tid], metrics, step))
+        step = int(result.get("epoch", result.get("training_iteration", 0)))
+        if metrics and step > book.steps.get(tid, 0):
+            book.steps[tid] = step
+            self._submit(lambda: log_metrics(self.client, book.children[tid], metrics, step))
             self._epoch_line(trial, step, metrics)
 
     def _tag_node(self, tid: str, result: dict) -> None:
         node = result.get(NODE_KEY)
-        if not isinstance(node, str) or self.nodes.get(tid) == node:
+        book = self.book
+        if not isinstance(node, str) or book.nodes.get(tid) == node:
             return
-        self.nodes[tid] = node
-        self._submit(lambda: self.client.set_tag(self.children[tid], NODE_TAG, node))
+        book.nodes[tid] = node
+        self._submit(lambda: self.client.set_tag(book.children[tid], NODE_TAG, node))
+
+    def _tag_resumed(self, tid: str, result: dict) -> None:
+        epoch = result.get(RESUMED_FROM)
+        book = self.book
+        if not isinstance(epoch, int) or book.resumed.get(tid) == epoch:
+            return
+        book.resumed[tid] = epoch
+        self._submit(lambda: self.client.set_tag(book.children[tid], RESUMED_TAG, str(epoch)))
 
     def _epoch_line(self, trial: Any, epoch: int, metrics: dict[str, float]) -> None:
         now = time.monotonic()
         tid = trial.trial_id
-        last = self.last_line.get(tid, self.started.get(tid, now))
+        book = self.book
+        last = book.last_line.get(tid, book.started.get(tid, now))
         if self.progress is None or now - last < self.EPOCH_LINE_EVERY_S:
             return
         if "val_accuracy" not in metrics or "val_ece" not in metrics:
             return
-        self.last_line[tid] = now
+        book.last_line[tid] = now
         epochs = self.overrides.get("epochs") or trial.config.get("epochs", "?")
         self.progress(f"  {tid} epoch {epoch}/{epochs}: val acc "
                       f"{100 * metrics['val_accuracy']:.2f}% ECE {100 * metrics['val_ece']:.2f}%"
-                      f" ({now - self.started.get(tid, now):.0f}s)")
+                      f" ({now - book.started.get(tid, now):.0f}s)")
+
+    def on_trial_recover(self, iteration: int, trials: list, trial: Any,  # noqa: D102
+                         **info: Any) -> None:
+        self._start(trial)
+        tid = trial.trial_id
+        book = self.book
+        book.retries[tid] = book.retries.get(tid, 0) + 1
+        count = book.retries[tid]
+        message = _trial_error(trial)
+        self._submit(lambda: self._tag_retry(tid, count, message))
+        if self.progress is not None:
+            self.progress(f"  {tid} failed ({message.splitlines()[-1][:160]}); retrying from its "
+                          f"last checkpoint (retry {count} of {self.max_failures})")
+
+    def _tag_retry(self, tid: str, count: int, message: str) -> None:
+        run_id = self.book.children[tid]
+        self.client.set_tag(run_id, RETRIES_TAG, str(count))
+        self.client.set_tag(run_id, "raysearch.last_failure", message[:4000])
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any,  # noqa: D102
                           **info: Any) -> None:
         self._start(trial)
         tid = trial.trial_id
+        book = self.book
         result = dict(trial.last_result or {})
+        if tid in book.sealed:  # recorded before a resume (Tune's snapshot was older)
+            return
         self._tag_node(tid, result)
         if result.get(DIVERGED):
-            self._fail(trial, str(result[DIVERGED]), result)
+            self._fail(trial, str(result[DIVERGED]), result, outcome="diverged")
             return
         complete = bool(result.get(COMPLETED))
         checkpoint = trial.checkpoint if complete else None
 
         def finish() -> None:
-            run_id = self.children[tid]
+            run_id = book.children[tid]
             self.client.set_tag(run_id, COMPLETE_TAG, str(complete).lower())
+            self.client.set_tag(run_id, OUTCOME_TAG, "complete" if complete else "stopped_early")
             if checkpoint is not None:
                 try:
                     with checkpoint.as_directory() as d:
@@ -347,25 +536,31 @@ class MlflowSweepCallback(tune.Callback):
     def on_trial_error(self, iteration: int, trials: list, trial: Any,  # noqa: D102
                        **info: Any) -> None:
         self._start(trial)
-        self._fail(trial, _trial_error(trial), dict(trial.last_result or {}))
+        self._fail(trial, _trial_error(trial), dict(trial.last_result or {}), outcome="error")
 
-    def _fail(self, trial: Any, message: str, result: dict) -> None:
+    def on_experiment_end(self, trials: list, **info: Any) -> None:  # noqa: D102
+        self.book.flush()
+
+    def _fail(self, trial: Any, message: str, result: dict, *, outcome: str) -> None:
         tid = trial.trial_id
+        book = self.book
 
         def fail() -> None:
-            run_id = self.children[tid]
+            run_id = book.children[tid]
             self.client.set_tag(run_id, COMPLETE_TAG, "false")
-            self.client.set_tag(run_id, "raysearch.error", message[:4000])
+            self.client.set_tag(run_id, OUTCOME_TAG, outcome)
+            self.client.set_tag(run_id, ERROR_TAG, message[:4000])
             self.client.set_terminated(run_id, "FAILED")
 
         self._submit(fail)
         self._report(trial, result, f"FAILED: {message.splitlines()[-1][:160]}")
 
     def _report(self, trial: Any, result: dict, outcome: str) -> None:
-        self.finished += 1
+        book = self.book
+        book.finished += 1
         if self.progress is None:
             return
-        elapsed = time.monotonic() - self.started.get(trial.trial_id, time.monotonic())
+        elapsed = time.monotonic() - book.started.get(trial.trial_id, time.monotonic())
         try:
             cfg = self.space.resolve(trial.config, **self.overrides)
             hp = " ".join(f"{k}={_short(v)}" for k, v in
@@ -381,7 +576,10 @@ class MlflowSweepCallback(tune.Callback):
         if "test_accuracy" in result and result.get(COMPLETED):
             scores += (f" | test acc {100 * result['test_accuracy']:.2f}%"
                        f" ECE {100 * result['test_ece']:.2f}%")
-        self.progress(f"[{self.finished}{total}] {head}{scores} ({elapsed:.1f}s, {outcome})")
+        retries = book.retries.get(trial.trial_id, 0)
+        if retries:
+            outcome += f", after {retries} {'retry' if retries == 1 else 'retries'}"
+        self.progress(f"[{book.finished}{total}] {head}{scores} ({elapsed:.1f}s, {outcome})")
 
 
 def _short(value: Any) -> str:
@@ -542,6 +740,17 @@ def finalize_sweep(client: MlflowClient, parent_run_id: str, *, tolerance: float
     """
     parent = client.get_run(parent_run_id)
     frame = sweep_trials(client, parent)
+    running = frame["status"] == "RUNNING" if not frame.empty else []
+    if len(running) and running.any():
+        # trials the sweep left behind (interrupted, or lost with a killed driver): KILLED,
+        # and `sweep --resume` sets them RUNNING again when it continues them
+        sweep_name = parent.data.tags.get(SWEEP_TAG, "")
+        for run_id in frame.loc[running, "run_id"]:
+            client.set_tag(run_id, OUTCOME_TAG, "interrupted")
+            client.set_tag(run_id, ERROR_TAG, "the sweep ended while this trial ran; "
+                           f"`raysearch sweep --resume {sweep_name}` continues it")
+            client.set_terminated(run_id, "KILLED")
+        frame.loc[running, "status"] = "KILLED"
     if frame.empty:
         client.set_terminated(parent_run_id, status)
         return frame

@@ -56,6 +56,9 @@ SHIFT_PLOT = "shift.png"
 ARTIFACT_FILES = (LOGITS_FILE, SHIFT_TABLE, SHIFT_PLOT)
 #: Result key holding the ID of the Ray node that trained (rank 0's node in a DDP trial).
 NODE_ID = "node_id"
+#: Result key, in every report of an attempt that resumed from a checkpoint: the epoch of that
+#: checkpoint (the attempt trains from the next epoch on).
+RESUMED_FROM = "resumed_from_epoch"
 _CKPT_FILE = "state.pt"
 #: Logical memory (bytes) that the coordinating function of a DDP trial reserves: Tune needs a
 #: non-empty resource bundle, and CPUs or GPUs held there could not go to the Train workers.
@@ -63,6 +66,10 @@ COORDINATOR_MEMORY = 2**20
 #: Seconds a stopped DDP trial waits for its Train run to end before returning to Tune (the
 #: run goes on ending in the background; see :func:`_run_ddp`).
 _STOP_WAIT_S = 1.5
+
+
+class InjectedFault(RuntimeError):
+    """Raised by a fault drill (``fault_epoch`` of :func:`run_trial`): Tune retries the trial."""
 
 
 def _nan_to_none(values: Any) -> list[Any]:
@@ -131,7 +138,7 @@ def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str
               posthoc: tuple[str, ...] = ("ts",), checkpoint_every: int = 1,
               precision: str = "auto", cpus_per_trial: float = 1.0,
               shift_set: Any = None, workers: int = 1, cpus_per_worker: float = 1.0,
-              gpus_per_worker: float = 0.0) -> None:
+              gpus_per_worker: float = 0.0, fault_epoch: int | None = None) -> None:
     """Tune function trainable: train one configuration and report to Tune.
 
     After the last epoch the post-hoc calibrators named in `posthoc` are fitted on the
@@ -158,6 +165,9 @@ def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str
         workers: Ray Train workers; 1 trains in this process, more run a DDP trial (below).
         cpus_per_worker: CPUs of each DDP worker (torch threads, DataLoader workers).
         gpus_per_worker: GPUs of each DDP worker (0: gloo on the CPU; a whole number: NCCL).
+        fault_epoch: a fault drill: an attempt that did not resume from a checkpoint raises
+            :class:`InjectedFault` right after reporting epoch `fault_epoch`, so a sweep's retry
+            path (``--max-failures``) can be exercised on a real cluster; None (default) never.
 
     The trial trains on the GPU Ray gave it (:func:`trial_device`), else on the CPU.
 
@@ -177,6 +187,13 @@ def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str
     took each report, and when Tune stops the trial (a scheduler) every rank leaves at that
     epoch boundary.
 
+    **Checkpoints and retries**: a checkpoint is a folder holding ``state.pt`` (the epoch, the
+    model, optimizer and scheduler state dicts and the epoch's metrics: tensors and plain
+    containers only), read back with ``torch.load(weights_only=True)``. When Tune retries a
+    failed trial or resumes a sweep, ``tune.get_checkpoint()`` returns the last one and training
+    continues at the next epoch with the same batches as an uninterrupted run (the batch order
+    is seeded per epoch); the reports of that attempt carry ``resumed_from_epoch``.
+
     A training loss that becomes NaN/inf ends the trial with a last report holding
     ``diverged`` (the message): the tracking callback records it FAILED and the searcher tells
     Optuna FAIL. Any other exception propagates (Tune marks the trial ERROR).
@@ -193,7 +210,7 @@ def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str
         with checkpoint.as_directory() as d:
             resume_bytes = (Path(d) / _CKPT_FILE).read_bytes()
     options = {"posthoc": tuple(posthoc), "checkpoint_every": checkpoint_every,
-               "precision": precision, "shift_set": shift_set}
+               "precision": precision, "shift_set": shift_set, "fault_epoch": fault_epoch}
     if workers > 1:
         torch.set_num_threads(1)  # this process only coordinates
         _run_ddp(cfg, resume_bytes, options, workers=workers, cpus_per_worker=cpus_per_worker,
@@ -226,9 +243,13 @@ def _train_and_report(cfg: RunConfig, resume_bytes: bytes | None, options: dict[
     sends; ``agree(go_on)`` broadcasts rank 0's answer so every rank stops together.
     """
     checkpoint_every = options["checkpoint_every"]
-    resume = None
-    if resume_bytes is not None:
-        resume = torch.load(io.BytesIO(resume_bytes), weights_only=False, map_location="cpu")
+    resume = load_state(resume_bytes) if resume_bytes is not None else None
+    if resume is not None:
+        plain_send = send
+
+        def send(metrics: dict[str, Any], files: Path | None = None, last: bool = False) -> bool:
+            return plain_send({**metrics, RESUMED_FROM: int(resume["epoch"])}, files, last)
+
     last_state: dict[str, Any] = {}
 
     def on_epoch(epoch: int, metrics: dict[str, float], state: dict) -> None:
@@ -245,6 +266,8 @@ def _train_and_report(cfg: RunConfig, resume_bytes: bytes | None, options: dict[
                 go_on = send({"epoch": epoch, **metrics}, Path(d))
         if agree is not None and not agree(go_on):
             raise _Stop
+        if epoch == options.get("fault_epoch") and resume is None:
+            raise InjectedFault(f"fault drill: first attempt stopped after epoch {epoch}")
 
     try:
         data = load_dataset(cfg.dataset, seed=cfg.seed, val_fraction=cfg.val_fraction,
@@ -267,6 +290,27 @@ def _train_and_report(cfg: RunConfig, resume_bytes: bytes | None, options: dict[
     with tempfile.TemporaryDirectory() as d:
         final = _final_report(result, cfg, data.test, last_state, options, Path(d))
         send(final, Path(d), True)
+
+
+def load_state(data: bytes) -> dict[str, Any]:
+    """Read a trial checkpoint's ``state.pt`` bytes with ``torch.load(weights_only=True)``.
+
+    Only tensors and plain containers are accepted (no code is unpickled from the storage
+    path); tensors land on the CPU.
+
+    Raises:
+        ValueError: if the file holds anything else (e.g. a checkpoint written by an older
+            raysearch that pickled arbitrary objects) or is not a checkpoint state.
+    """
+    try:
+        state = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    except Exception as exc:  # pickle.UnpicklingError and friends
+        raise ValueError(f"trial checkpoint {_CKPT_FILE} cannot be read with weights_only=True "
+                         f"(tensors and plain containers only): {' '.join(str(exc).split())[:300]}"
+                         ) from None
+    if not isinstance(state, dict) or "epoch" not in state:
+        raise ValueError(f"trial checkpoint {_CKPT_FILE} is not a training state (no 'epoch')")
+    return state
 
 
 def _tune_report(metrics: dict[str, Any], files: Path | dict[str, bytes] | None) -> None:

@@ -14,13 +14,13 @@ cluster as its own Ray driver.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
 
 import pyarrow.fs as pafs
 import pytest
+from clusters import free_port, start_cluster
 from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.integration
@@ -33,12 +33,6 @@ def _sweep(*args: str, env: dict | None = None, timeout: int = 300):
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _children(uri: str):
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("raysearch")
@@ -48,15 +42,7 @@ def _children(uri: str):
 
 @pytest.fixture(scope="module")
 def two_nodes():
-    from ray.cluster_utils import Cluster
-
-    # two nodes on one IP: each node's dashboard agent needs its own port (the default 52365
-    # would be taken by whichever agent binds first, leaving the head without a job agent)
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "include_dashboard": True, "dashboard_port": _free_port(),
-        "dashboard_agent_listen_port": _free_port()})
-    cluster.add_node(num_cpus=1, dashboard_agent_listen_port=_free_port())
-    cluster.wait_for_nodes()
+    cluster = start_cluster(1, 1, dashboard=True)
     yield cluster
     cluster.shutdown()
 
@@ -148,7 +134,7 @@ def test_relative_sqlite_refused_for_a_remote_cluster(tmp_path):
 
 
 def test_unreachable_address_is_one_line(tmp_path):
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     done = _sweep("ce", "--address", f"127.0.0.1:{port}", "--tracking-uri",
                   f"sqlite:///{tmp_path / 'm.db'}", "--storage-path", str(tmp_path), timeout=60)
     assert done.returncode == 2

@@ -1,0 +1,230 @@
+"""Faults: retried trials, a dead worker node, a killed driver and ``sweep --resume``.
+
+Real Ray (the session's local Ray, or a ``ray.cluster_utils.Cluster`` the test starts), real
+MLflow SQLite stores and Tune checkpoints on disk. What is checked, fault by fault:
+
+- a trial that raises once (the fault drill ``fault_epoch``) is retried from its last
+  checkpoint: one MLflow run, no epoch logged twice, a retry count, and the same final metrics
+  as a run that never failed; with ``max_failures=0`` it stays FAILED;
+- a worker node killed mid-trial: the trial goes on from its checkpoint on the other node;
+- the driver SIGKILLed after two trials finished: ``sweep --resume`` completes the sweep with
+  every trial once, nothing left RUNNING, and the finished trials untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+import torch
+from clusters import start_cluster
+from mlflow.tracking import MlflowClient
+
+from raysearch.config import RunConfig
+from raysearch.sweep import SweepSettings, run_sweep
+from raysearch.training import fit
+
+pytestmark = pytest.mark.integration
+
+RAYSEARCH = [sys.executable, "-m", "raysearch.cli"]
+
+
+def _runs(uri: str):
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("raysearch")
+    if exp is None:
+        return client, [], []
+    runs = client.search_runs([exp.experiment_id], max_results=200)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    return client, parents, children
+
+
+def _steps(client: MlflowClient, run_id: str, key: str = "val_accuracy") -> list[int]:
+    return sorted(m.step for m in client.get_metric_history(run_id, key))
+
+
+def _drill(tmp_path, name: str, max_failures: int):
+    settings = SweepSettings(
+        num_samples=1, max_concurrent=1, epochs=5, checkpoint_every=2, fault_epoch=3,
+        max_failures=max_failures, posthoc=(), name=name, storage_path=str(tmp_path / "ray"),
+        tracking_uri=f"sqlite:///{tmp_path / 'mlruns.db'}")
+    lines: list[str] = []
+    result = run_sweep("ce", settings, progress=lines.append)
+    client, _, children = _runs(settings.tracking_uri)
+    assert len(children) == 1
+    return result, client, children[0], lines
+
+
+def test_a_trial_that_raises_is_retried_from_its_checkpoint(ray_session, tmp_path):
+    # checkpoints at epochs 2 and 4; the first attempt raises after reporting epoch 3, so the
+    # retry resumes from epoch 2 and trains epoch 3 again
+    result, client, run, lines = _drill(tmp_path, "drill", max_failures=1)
+    assert run.info.status == "FINISHED"
+    tags = run.data.tags
+    assert tags["raysearch.outcome"] == "complete"
+    assert tags["raysearch.retries"] == "1"
+    assert tags["raysearch.resumed_from_epoch"] == "2"
+    assert "fault drill" in tags["raysearch.last_failure"]
+    for key in ("val_accuracy", "val_ece", "train_loss"):
+        assert _steps(client, run.info.run_id, key) == [1, 2, 3, 4, 5], key
+    assert any("retrying from its last checkpoint (retry 1 of 1)" in ln for ln in lines)
+    assert any("after 1 retry" in ln for ln in lines)
+    assert bool(result.trials["complete"].iloc[0])
+
+    # the retried trial ends exactly where an uninterrupted run of its config ends
+    cfg = RunConfig.from_dict(json.loads(tags["raysearch.config"]))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in the trial
+    per_epoch: list[dict] = []
+    try:
+        straight = fit(cfg, on_epoch=lambda epoch, metrics, state: per_epoch.append(metrics))
+    finally:
+        torch.set_num_threads(threads)
+    logged = client.get_run(run.info.run_id).data.metrics
+    for key in ("val_accuracy", "val_ece", "val_nll", "test_accuracy", "test_ece", "test_nll"):
+        assert logged[key] == pytest.approx(straight.metrics[key], abs=1e-12), key
+    # and so is every epoch it logged (epoch 3 from the first attempt, 4-5 from the retry)
+    history = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "val_nll")}
+    assert history == pytest.approx({e + 1: m["val_nll"] for e, m in enumerate(per_epoch)},
+                                    abs=1e-12)
+
+
+def test_without_retries_the_failed_trial_stays_failed(ray_session, tmp_path):
+    _, client, run, lines = _drill(tmp_path, "no-retry", max_failures=0)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["raysearch.outcome"] == "error"
+    assert "fault drill" in run.data.tags["raysearch.error"]
+    assert "raysearch.retries" not in run.data.tags
+    assert _steps(client, run.info.run_id) == [1, 2, 3]
+    assert any("FAILED" in ln for ln in lines)
+
+
+def _poll(uri: str, proc: subprocess.Popen, ready, timeout: float = 240.0):
+    """Poll the MLflow store until ``ready(client, children)`` is true; returns its value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the sweep ended before the fault was injected"
+        time.sleep(0.3)
+        try:
+            client, _, children = _runs(uri)
+            value = ready(client, children)
+        except Exception:  # noqa: BLE001 (the store is being created or written)
+            continue
+        if value:
+            return value
+    raise AssertionError("the sweep never reached the point of the fault")
+
+
+def test_a_dead_worker_node_is_survived(tmp_path):
+    cluster = start_cluster(1, 1)
+    try:
+        victim_node = cluster.list_all_nodes()[1]
+        uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+        log = open(tmp_path / "sweep.log", "w")  # noqa: SIM115
+        # 2 concurrent 1-CPU trials on 2 one-CPU nodes: one trial per node
+        proc = subprocess.Popen(
+            [*RAYSEARCH, "sweep", "ce", "--num-samples", "2", "--max-concurrent", "2",
+             "--epochs", "30", "--name", "node-loss", "--address", cluster.address,
+             "--tracking-uri", uri, "--storage-path", str(tmp_path / "ray"), "--posthoc",
+             "none"], stdout=log, stderr=subprocess.STDOUT)
+
+        def on_victim(client, children):
+            for run in children:
+                if run.data.tags.get("raysearch.node_id") == victim_node.node_id and \
+                        max(_steps(client, run.info.run_id), default=0) >= 3:
+                    return run.info.run_id
+            return None
+
+        victim = _poll(uri, proc, on_victim)
+        cluster.remove_node(victim_node, allow_graceful=False)  # its raylet and workers die
+        assert proc.wait(timeout=300) == 0, (tmp_path / "sweep.log").read_text()[-3000:]
+        out = (tmp_path / "sweep.log").read_text()
+        client, parents, children = _runs(uri)
+        assert len(parents) == 1
+        assert len(children) == 2
+        assert all(c.info.status == "FINISHED" for c in children)
+        run = client.get_run(victim)
+        # default --max-failures with --address: 2; the trial was retried once, from a
+        # checkpoint (not from scratch), on the surviving head node
+        assert run.data.tags["raysearch.retries"] == "1"
+        assert int(run.data.tags["raysearch.resumed_from_epoch"]) >= 3
+        assert run.data.tags["raysearch.node_id"] == cluster.head_node.node_id
+        assert run.data.tags["raysearch.complete"] == "true"
+        assert _steps(client, victim) == list(range(1, 31))
+        assert "retrying from its last checkpoint (retry 1 of 2)" in out
+        assert "2/2 trials complete" in out
+    finally:
+        cluster.shutdown()
+
+
+def test_resume_after_the_driver_was_killed(tmp_path):
+    cluster = start_cluster(2)
+    try:
+        uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+        common = ["--tracking-uri", uri, "--address", cluster.address]
+        log = open(tmp_path / "first.log", "w")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [*RAYSEARCH, "sweep", "ce", "--num-samples", "4", "--max-concurrent", "2",
+             "--epochs", "20", "--name", "killed", "--storage-path", str(tmp_path / "ray"),
+             "--posthoc", "none", *common], stdout=log, stderr=subprocess.STDOUT)
+
+        def two_finished(client, children):
+            done = [c for c in children if c.info.status == "FINISHED"]
+            return {c.info.run_id: c.info.end_time for c in done} if len(done) >= 2 else None
+
+        finished = _poll(uri, proc, two_finished)
+        os.kill(proc.pid, signal.SIGKILL)  # as a lost SSH session or the OOM killer would
+        proc.wait()
+        client, parents, children = _runs(uri)
+        assert len(parents) == 1
+        assert parents[0].info.status == "RUNNING"
+        parent_id = parents[0].info.run_id
+
+        # the name is taken: a new sweep under it is refused, pointing at --resume
+        again = subprocess.run([*RAYSEARCH, "sweep", "ce", "--name", "killed", *common],
+                               capture_output=True, text=True, timeout=120)
+        assert again.returncode == 2
+        assert again.stderr.count("\n") == 1, again.stderr
+        assert "raysearch sweep --resume killed" in again.stderr
+
+        resumed = subprocess.run([*RAYSEARCH, "sweep", "--resume", "killed", *common],
+                                 capture_output=True, text=True, timeout=400)
+        assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+        assert "resuming sweep killed" in resumed.stdout
+        assert "4/4 trials complete" in resumed.stdout
+
+        client, parents, children = _runs(uri)
+        assert [p.info.run_id for p in parents] == [parent_id]  # reopened, not recreated
+        assert parents[0].info.status == "FINISHED"
+        trial_ids = Counter(c.data.tags["raysearch.trial_id"] for c in children)
+        assert len(trial_ids) == 4
+        assert set(trial_ids.values()) == {1}
+        assert all(c.info.status == "FINISHED" for c in children)
+        assert all(c.data.tags["raysearch.complete"] == "true" for c in children)
+        for child in children:
+            assert _steps(client, child.info.run_id) == list(range(1, 21))
+        # the trials that had finished were not trained again
+        ends = {c.info.run_id: c.info.end_time for c in children}
+        for run_id, end in finished.items():
+            assert ends[run_id] == end
+        # the table of the resumed sweep holds every trial once
+        table = client.download_artifacts(parent_id, "trials.parquet", str(tmp_path))
+        import pandas as pd
+
+        frame = pd.read_parquet(table)
+        assert sorted(frame["trial_id"]) == sorted(trial_ids)
+
+        # a finished sweep has nothing to resume
+        done = subprocess.run([*RAYSEARCH, "sweep", "--resume", "killed", *common],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2
+        assert "already finished" in done.stderr
+    finally:
+        cluster.shutdown()
