@@ -18,6 +18,8 @@ from typing import Any
 import click
 
 _EXIT_BAD_INPUT = 2
+#: Exit status of a sweep stopped by Ctrl-C (128 + SIGINT, as shells report it).
+_EXIT_INTERRUPTED = 130
 
 
 def _one_line(exc: BaseException) -> str:
@@ -226,6 +228,9 @@ def _print_result(result: Any) -> None:
     else:
         click.echo("\nno trial ran all its epochs: nothing selected")
     click.echo(f"MLflow: mlflow ui --backend-store-uri {result.tracking_uri}")
+    if result.interrupted:
+        click.echo(f"interrupted: `raysearch sweep --resume {result.name}` continues the sweep")
+        sys.exit(_EXIT_INTERRUPTED)
 
 
 @main.command()

@@ -253,6 +253,8 @@ class SweepResult:
             ``selected``).
         selected: the selected trial's row, or None when no trial finished.
         seconds: wall time of the sweep.
+        interrupted: True when the sweep was stopped (Ctrl-C) before all its trials ended;
+            ``raysearch sweep --resume NAME`` continues it.
     """
 
     name: str
@@ -261,6 +263,7 @@ class SweepResult:
     trials: pd.DataFrame
     selected: pd.Series | None
     seconds: float
+    interrupted: bool = False
 
 
 class CompletedOnlyOptunaSearch(OptunaSearch):
@@ -595,9 +598,9 @@ def resume_sweep(name: str, *, tracking_uri: str | None = None,
     say = progress or (lambda line: logger.info("%s", line))
     client, uri = tracking.get_client(tracking_uri)
     parent = tracking.find_sweep(client, name, experiment)
-    if parent.info.status == "FINISHED":
-        raise ValueError(f"sweep '{name}' already finished; nothing to resume "
-                         f"(`raysearch report {name}` shows it)")
+    if parent.info.status == "FINISHED" and not _has_errored_trials(client, parent):
+        raise ValueError(f"sweep '{name}' already finished with no failed trial; nothing to "
+                         f"resume (`raysearch report {name}` shows it)")
     record = _load_record(client, parent.info.run_id, name)
     space = SearchSpace.from_dict(record["space"])
     settings = SweepSettings.from_record(record["settings"])
@@ -626,6 +629,15 @@ def resume_sweep(name: str, *, tracking_uri: str | None = None,
         f"'{space.name}' on {settings.dataset}); MLflow {uri} (experiment '{experiment}')")
     return _execute(space, settings, client, uri, parent.info.experiment_id, parent_id, name,
                     storage, data, say, restore=path)
+
+
+def _has_errored_trials(client: Any, parent: Any) -> bool:
+    """True when a trial of the sweep ended FAILED by an error (``--resume`` retries those)."""
+    frame = tracking.sweep_trials(client, parent)
+    if frame.empty:
+        return False
+    return bool(((frame["status"] == "FAILED") & (frame["outcome"] == "error")).any()) \
+        if "outcome" in frame else False
 
 
 def _load_record(client: Any, parent_id: str, name: str) -> dict[str, Any]:
@@ -681,7 +693,13 @@ def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
             tuner = _new_tuner(space, settings, trainable, callback, name, storage, metric,
                                mode, max_failures)
         tuner.fit()
-        status = "FINISHED"
+        # Ctrl-C once: Tune stops the trials and returns normally
+        ended = _trials_ended(f"{storage.rstrip('/')}/{name}")
+        interrupted = ended is not None and ended < settings.num_samples
+        status = "KILLED" if interrupted else "FINISHED"
+        if interrupted:
+            say(f"interrupted: {ended} of {settings.num_samples} trials ended; selecting among "
+                f"the finished ones (`raysearch sweep --resume {name}` continues the sweep)")
     except KeyboardInterrupt:
         status = "KILLED"
         say(f"interrupted: finished trials are kept in MLflow; selecting among them "
@@ -697,9 +715,27 @@ def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
         selected = frame[frame["selected"]].iloc[0]
     seconds = time.monotonic() - start
     done = int(frame["complete"].sum()) if not frame.empty else 0
-    say(f"sweep {name} finished in {seconds:.1f}s: {done}/{settings.num_samples} trials "
-        f"complete; parent run {parent_id}")
-    return SweepResult(name, parent_id, uri, frame, selected, seconds)
+    say(f"sweep {name} {'stopped' if status == 'KILLED' else 'finished'} in {seconds:.1f}s: "
+        f"{done}/{settings.num_samples} trials complete; parent run {parent_id}")
+    return SweepResult(name, parent_id, uri, frame, selected, seconds,
+                       interrupted=status == "KILLED")
+
+
+def _trials_ended(path: str) -> int | None:
+    """Trials that ended (TERMINATED or ERROR) in Tune's last snapshot of the experiment.
+
+    After a Ctrl-C, Tune snapshots the experiment before it stops the running trials, so they
+    are still unfinished there (and ``Tuner.restore`` continues them), while the trials that
+    ``Tuner.fit`` returns are all stopped. None if the snapshot cannot be read.
+    """
+    from ray.tune import ExperimentAnalysis
+
+    try:
+        trials = ExperimentAnalysis(path).trials
+    except Exception as exc:  # noqa: BLE001 (the sweep's result does not depend on it)
+        logger.warning("cannot read Tune's experiment state at %s: %s", path, exc)
+        return None
+    return sum(t.status in ("TERMINATED", "ERROR") for t in trials)
 
 
 def _new_tuner(space: SearchSpace, settings: SweepSettings, trainable: Any, callback: Any,

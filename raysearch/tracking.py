@@ -644,8 +644,9 @@ def sweep_trials(client: MlflowClient, parent: Any) -> pd.DataFrame:
     """One row per child run of a sweep: identifiers, status, params and final metrics.
 
     Columns: ``trial`` (run name), ``run_id``, ``trial_id``, ``status``, ``complete`` (bool: ran
-    all its epochs), the params (numbers where they parse), every metric's last value
-    (``val_*`` of the last epoch, ``test_*``), and ``config`` (the RunConfig as JSON).
+    all its epochs), ``outcome`` (complete, stopped_early, diverged, error, interrupted), the
+    params (numbers where they parse), every metric's last value (``val_*`` of the last epoch,
+    ``test_*``), and ``config`` (the RunConfig as JSON).
     """
     rows, token = [], None
     while True:
@@ -656,7 +657,8 @@ def sweep_trials(client: MlflowClient, parent: Any) -> pd.DataFrame:
         for run in page:
             row = {"trial": run.info.run_name, "run_id": run.info.run_id,
                    "trial_id": run.data.tags.get(TRIAL_TAG, ""), "status": run.info.status,
-                   "complete": run.data.tags.get(COMPLETE_TAG) == "true"}
+                   "complete": run.data.tags.get(COMPLETE_TAG) == "true",
+                   "outcome": run.data.tags.get(OUTCOME_TAG, "")}
             row.update({k: _coerce(v) for k, v in run.data.params.items()})
             row.update(run.data.metrics)
             row["config"] = run.data.tags.get(CONFIG_TAG, "{}")

@@ -115,3 +115,13 @@ def test_spaces_commands():
     ok = _run("spaces", "validate", "acls", "all")
     assert ok.exit_code == 0
     assert ok.output.count("ok:") == 2
+
+
+def test_resume_errors(sqlite_uri):
+    _assert_one_line_error(_run("sweep"), "SPACE", "--resume")
+    _assert_one_line_error(_run("sweep", "acls", "--resume", "s1"), "drop SPACE")
+    _assert_one_line_error(_run("sweep", "--resume", "s1", "--epochs", "3", "--seed", "1"),
+                           "own settings", "--epochs", "--seed")
+    _assert_one_line_error(_run("sweep", "--resume", "nope", "--tracking-uri", sqlite_uri),
+                           "no sweep named 'nope'")
+    _assert_one_line_error(_run("sweep", "ce", "--max-failures", "-1"), "--max-failures")

@@ -21,11 +21,14 @@ import sys
 import time
 from collections import Counter
 
+import pandas as pd
 import pytest
 import torch
+from click.testing import CliRunner
 from clusters import start_cluster
 from mlflow.tracking import MlflowClient
 
+from raysearch.cli import main
 from raysearch.config import RunConfig
 from raysearch.sweep import SweepSettings, run_sweep
 from raysearch.training import fit
@@ -164,67 +167,104 @@ def test_a_dead_worker_node_is_survived(tmp_path):
         cluster.shutdown()
 
 
-def test_resume_after_the_driver_was_killed(tmp_path):
+@pytest.fixture(scope="module")
+def one_node():
     cluster = start_cluster(2)
-    try:
-        uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
-        common = ["--tracking-uri", uri, "--address", cluster.address]
-        log = open(tmp_path / "first.log", "w")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [*RAYSEARCH, "sweep", "ce", "--num-samples", "4", "--max-concurrent", "2",
-             "--epochs", "20", "--name", "killed", "--storage-path", str(tmp_path / "ray"),
-             "--posthoc", "none", *common], stdout=log, stderr=subprocess.STDOUT)
+    yield cluster
+    cluster.shutdown()
 
-        def two_finished(client, children):
-            done = [c for c in children if c.info.status == "FINISHED"]
-            return {c.info.run_id: c.info.end_time for c in done} if len(done) >= 2 else None
 
-        finished = _poll(uri, proc, two_finished)
-        os.kill(proc.pid, signal.SIGKILL)  # as a lost SSH session or the OOM killer would
-        proc.wait()
-        client, parents, children = _runs(uri)
-        assert len(parents) == 1
-        assert parents[0].info.status == "RUNNING"
-        parent_id = parents[0].info.run_id
+def test_resume_after_the_driver_was_killed(one_node, tmp_path):
+    cluster = one_node
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    common = ["--tracking-uri", uri, "--address", cluster.address]
+    log = open(tmp_path / "first.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [*RAYSEARCH, "sweep", "ce", "--num-samples", "4", "--max-concurrent", "2",
+         "--epochs", "20", "--name", "killed", "--storage-path", str(tmp_path / "ray"),
+         "--posthoc", "none", *common], stdout=log, stderr=subprocess.STDOUT)
 
-        # the name is taken: a new sweep under it is refused, pointing at --resume
-        again = subprocess.run([*RAYSEARCH, "sweep", "ce", "--name", "killed", *common],
-                               capture_output=True, text=True, timeout=120)
-        assert again.returncode == 2
-        assert again.stderr.count("\n") == 1, again.stderr
-        assert "raysearch sweep --resume killed" in again.stderr
+    def two_finished(client, children):
+        done = [c for c in children if c.info.status == "FINISHED"]
+        return {c.info.run_id: c.info.end_time for c in done} if len(done) >= 2 else None
 
-        resumed = subprocess.run([*RAYSEARCH, "sweep", "--resume", "killed", *common],
-                                 capture_output=True, text=True, timeout=400)
-        assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-        assert "resuming sweep killed" in resumed.stdout
-        assert "4/4 trials complete" in resumed.stdout
+    finished = _poll(uri, proc, two_finished)
+    os.kill(proc.pid, signal.SIGKILL)  # as a lost SSH session or the OOM killer would
+    proc.wait()
+    client, parents, children = _runs(uri)
+    assert len(parents) == 1
+    assert parents[0].info.status == "RUNNING"
+    parent_id = parents[0].info.run_id
 
-        client, parents, children = _runs(uri)
-        assert [p.info.run_id for p in parents] == [parent_id]  # reopened, not recreated
-        assert parents[0].info.status == "FINISHED"
-        trial_ids = Counter(c.data.tags["raysearch.trial_id"] for c in children)
-        assert len(trial_ids) == 4
-        assert set(trial_ids.values()) == {1}
-        assert all(c.info.status == "FINISHED" for c in children)
-        assert all(c.data.tags["raysearch.complete"] == "true" for c in children)
-        for child in children:
-            assert _steps(client, child.info.run_id) == list(range(1, 21))
-        # the trials that had finished were not trained again
-        ends = {c.info.run_id: c.info.end_time for c in children}
-        for run_id, end in finished.items():
-            assert ends[run_id] == end
-        # the table of the resumed sweep holds every trial once
-        table = client.download_artifacts(parent_id, "trials.parquet", str(tmp_path))
-        import pandas as pd
+    # the name is taken: a new sweep under it is refused (before Ray), pointing at --resume
+    again = CliRunner().invoke(main, ["sweep", "ce", "--name", "killed", *common])
+    assert again.exit_code == 2
+    assert again.stderr.count("\n") == 1, again.stderr
+    assert "raysearch sweep --resume killed" in again.stderr
 
-        frame = pd.read_parquet(table)
-        assert sorted(frame["trial_id"]) == sorted(trial_ids)
+    resumed = subprocess.run([*RAYSEARCH, "sweep", "--resume", "killed", *common],
+                             capture_output=True, text=True, timeout=400)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "resuming sweep killed" in resumed.stdout
+    assert "4/4 trials complete" in resumed.stdout
 
-        # a finished sweep has nothing to resume
-        done = subprocess.run([*RAYSEARCH, "sweep", "--resume", "killed", *common],
-                              capture_output=True, text=True, timeout=120)
-        assert done.returncode == 2
-        assert "already finished" in done.stderr
-    finally:
-        cluster.shutdown()
+    client, parents, children = _runs(uri)
+    assert [p.info.run_id for p in parents] == [parent_id]  # reopened, not recreated
+    assert parents[0].info.status == "FINISHED"
+    trial_ids = Counter(c.data.tags["raysearch.trial_id"] for c in children)
+    assert len(trial_ids) == 4
+    assert set(trial_ids.values()) == {1}
+    assert all(c.info.status == "FINISHED" for c in children)
+    assert all(c.data.tags["raysearch.complete"] == "true" for c in children)
+    for child in children:
+        assert _steps(client, child.info.run_id) == list(range(1, 21))
+    # the trials that had finished were not trained again
+    ends = {c.info.run_id: c.info.end_time for c in children}
+    for run_id, end in finished.items():
+        assert ends[run_id] == end
+    # the table of the resumed sweep holds every trial once
+    table = client.download_artifacts(parent_id, "trials.parquet", str(tmp_path))
+    frame = pd.read_parquet(table)
+    assert sorted(frame["trial_id"]) == sorted(trial_ids)
+
+    # a finished sweep has nothing to resume
+    done = CliRunner().invoke(main, ["sweep", "--resume", "killed", *common])
+    assert done.exit_code == 2
+    assert "already finished" in done.stderr
+
+
+def test_ctrl_c_then_resume(one_node, tmp_path):
+    cluster = one_node
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    common = ["--tracking-uri", uri, "--address", cluster.address]
+    log = open(tmp_path / "first.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [*RAYSEARCH, "sweep", "ce", "--num-samples", "2", "--max-concurrent", "2",
+         "--epochs", "20", "--name", "ctrl-c", "--storage-path", str(tmp_path / "ray"),
+         "--posthoc", "none", *common], stdout=log, stderr=subprocess.STDOUT)
+
+    def both_training(client, children):
+        steps = [max(_steps(client, c.info.run_id), default=0) for c in children]
+        return len(steps) == 2 and min(steps) >= 3
+
+    _poll(uri, proc, both_training)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C once: Tune stops the trials and returns
+    assert proc.wait(timeout=120) == 130
+    out = (tmp_path / "first.log").read_text()
+    assert "`raysearch sweep --resume ctrl-c` continues the sweep" in out
+    client, parents, children = _runs(uri)
+    assert parents[0].info.status == "KILLED"
+    assert [c.info.status for c in children] == ["KILLED", "KILLED"]
+    assert {c.data.tags["raysearch.outcome"] for c in children} == {"interrupted"}
+
+    resumed = subprocess.run([*RAYSEARCH, "sweep", "--resume", "ctrl-c", *common],
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    client, parents, children = _runs(uri)
+    assert parents[0].info.status == "FINISHED"
+    assert [c.info.status for c in children] == ["FINISHED", "FINISHED"]
+    for child in children:
+        assert child.data.tags["raysearch.outcome"] == "complete"
+        assert "raysearch.error" not in child.data.tags  # cleared when it was reopened
+        assert int(child.data.tags["raysearch.resumed_from_epoch"]) >= 1
+        assert _steps(client, child.info.run_id) == list(range(1, 21))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 import optuna
+import pytest
 from ray.tune.search.optuna import OptunaSearch
 
 from raysearch.spaces import load_space
@@ -40,3 +43,22 @@ def test_partial_trials_are_pruned_and_stay_off_optunas_front():
     front = s._ot_study.best_trials
     assert [t.number for t in front] == [0]
     assert front[0].values == [0.90, 0.05]
+
+
+def test_max_failures_default_and_the_settings_record(monkeypatch):
+    from raysearch.sweep import SweepSettings
+
+    monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR", raising=False)
+    assert SweepSettings().resolved_max_failures() == 0
+    assert SweepSettings(address="local").resolved_max_failures() == 0
+    assert SweepSettings(address="10.0.0.1:6379").resolved_max_failures() == 2
+    assert SweepSettings(address="10.0.0.1:6379", max_failures=0).resolved_max_failures() == 0
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}")  # what Ray sets in a Ray Job
+    assert SweepSettings().resolved_max_failures() == 2
+
+    settings = SweepSettings(num_samples=3, posthoc=("ts", "ets"), max_failures=1, epochs=4)
+    again = SweepSettings.from_record(json.loads(json.dumps(settings.to_record())))
+    assert again == settings
+    assert again.posthoc == ("ts", "ets")
+    with pytest.raises(ValueError, match="max_failures"):
+        SweepSettings(max_failures=-1).validate()

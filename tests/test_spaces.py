@@ -474,3 +474,23 @@ def test_schedule_and_mixing_keys_in_a_space(tmp_path):
     bad.write_text("method: ce\ntrain:\n  schedule: multistep\n  milestones: \"250,150\"\n")
     with pytest.raises(SpaceError, match=r"train\.\w+: `milestones` must be increasing"):
         load_space(bad)
+
+
+@pytest.mark.parametrize("name", ["acls", "all", "savuc"])
+def test_space_survives_its_json_record(name):
+    import json
+
+    space = load_space(name)
+    again = SearchSpace.from_dict(json.loads(json.dumps(space.to_dict())))
+    assert again.methods == space.methods
+    assert again.to_dict() == space.to_dict()
+    # the same sampler seed draws the same trials from both
+    first = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    second = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    for _ in range(5):
+        assert space.define_by_run(first.ask()) == again.define_by_run(second.ask())
+
+
+def test_malformed_space_record_is_a_space_error():
+    with pytest.raises(SpaceError, match="malformed"):
+        SearchSpace.from_dict({"name": "x"})

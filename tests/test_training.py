@@ -1,6 +1,8 @@
+import io
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,6 +11,7 @@ from torch.utils.data import Dataset, TensorDataset
 
 from raysearch.config import RunConfig
 from raysearch.data import DatasetSplits, load_dataset
+from raysearch.trainable import load_state
 from raysearch.training import DivergedError, TrainResult, evaluate, fit
 
 SUMMARY = ("accuracy", "ece", "aece", "cece", "mce", "nll", "brier")
@@ -155,10 +158,10 @@ def test_deterministic(two_epochs):
 
 def test_resume_is_exact(two_epochs, digits, tmp_path):
     cfg, straight, states = two_epochs
-    # round-trip through torch.save, as the trainable's checkpoint does
+    # round-trip through torch.save and the trainable's weights_only loader
     path = tmp_path / "state.pt"
     torch.save(states[1], path)
-    state = torch.load(path, weights_only=False)
+    state = load_state(path.read_bytes())
     seen = []
     resumed = fit(cfg, data=digits, resume=state, on_epoch=lambda e, m, s: seen.append(e))
     assert seen == [2]
@@ -312,3 +315,25 @@ def test_als_needs_annotations(monkeypatch):
     data = DatasetSplits(toy, toy, toy, 3, (1, 4, 4), "toy")
     with pytest.raises(ValueError, match="no object annotations"):
         fit(RunConfig(epochs=1, model="mlp"), data=data, loss=_RecordingALS())
+
+
+def test_checkpoint_holds_only_tensors_and_plain_containers(two_epochs, tmp_path):
+    cfg, _, states = two_epochs
+    buffer = io.BytesIO()
+    torch.save(states[2], buffer)
+    # weights_only=True accepts it as is: nothing but tensors, numbers, strings and containers
+    state = torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
+    assert state["epoch"] == 2
+    assert sorted(state) == ["epoch", "metrics", "model", "optimizer", "scheduler"]
+    assert all(isinstance(v, float) for v in state["metrics"].values())
+
+
+def test_a_checkpoint_that_pickles_code_is_refused(tmp_path):
+    buffer = io.BytesIO()
+    torch.save({"epoch": 1, "model": Path("not a tensor")}, buffer)  # an arbitrary object
+    with pytest.raises(ValueError, match="weights_only=True"):
+        load_state(buffer.getvalue())
+    buffer = io.BytesIO()
+    torch.save({"model": {}}, buffer)
+    with pytest.raises(ValueError, match="no 'epoch'"):
+        load_state(buffer.getvalue())
