@@ -437,8 +437,7 @@ class MlflowSweepCallback(tune.Callback):
         book = self.book
         if tid in book.sealed:
             return
-        self._tag_node(tid, result)
-        self._tag_resumed(tid, result)
+        self._tag_changes(tid, result)
         metrics = _numeric_metrics(result)
         step = int(result.get("epoch", result.get("training_iteration", 0)))
         if metrics and step > book.steps.get(tid, 0):
@@ -446,21 +445,17 @@ class MlflowSweepCallback(tune.Callback):
             self._submit(lambda: log_metrics(self.client, book.children[tid], metrics, step))
             self._epoch_line(trial, step, metrics)
 
-    def _tag_node(self, tid: str, result: dict) -> None:
-        node = result.get(NODE_KEY)
+    def _tag_changes(self, tid: str, result: dict) -> None:
+        """Tag the run with the node and the checkpoint epoch of `result` when they change."""
         book = self.book
-        if not isinstance(node, str) or book.nodes.get(tid) == node:
-            return
-        book.nodes[tid] = node
-        self._submit(lambda: self.client.set_tag(book.children[tid], NODE_TAG, node))
-
-    def _tag_resumed(self, tid: str, result: dict) -> None:
-        epoch = result.get(RESUMED_FROM)
-        book = self.book
-        if not isinstance(epoch, int) or book.resumed.get(tid) == epoch:
-            return
-        book.resumed[tid] = epoch
-        self._submit(lambda: self.client.set_tag(book.children[tid], RESUMED_TAG, str(epoch)))
+        for key, tag, seen, kind in ((NODE_KEY, NODE_TAG, book.nodes, str),
+                                     (RESUMED_FROM, RESUMED_TAG, book.resumed, int)):
+            value = result.get(key)
+            if not isinstance(value, kind) or isinstance(value, bool) or seen.get(tid) == value:
+                continue
+            seen[tid] = value
+            self._submit(lambda tag=tag, value=value:
+                         self.client.set_tag(book.children[tid], tag, str(value)))
 
     def _epoch_line(self, trial: Any, epoch: int, metrics: dict[str, float]) -> None:
         now = time.monotonic()
@@ -503,7 +498,7 @@ class MlflowSweepCallback(tune.Callback):
         result = dict(trial.last_result or {})
         if tid in book.sealed:  # recorded before a resume (Tune's snapshot was older)
             return
-        self._tag_node(tid, result)
+        self._tag_changes(tid, result)
         if result.get(DIVERGED):
             self._fail(trial, str(result[DIVERGED]), result, outcome="diverged")
             return

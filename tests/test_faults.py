@@ -125,18 +125,28 @@ def _poll(uri: str, proc: subprocess.Popen, ready, timeout: float = 240.0):
     raise AssertionError("the sweep never reached the point of the fault")
 
 
+def _start_sweep(cluster, tmp_path, name: str, trials: int, epochs: int):
+    """``raysearch sweep ce`` on `cluster` in a subprocess (2 trials at a time, 1 CPU each).
+
+    Returns the tracking URI, the options a ``--resume`` needs, and the process (its output
+    goes to ``first.log``).
+    """
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    common = ["--tracking-uri", uri, "--address", cluster.address]
+    log = open(tmp_path / "first.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [*RAYSEARCH, "sweep", "ce", "--num-samples", str(trials), "--max-concurrent", "2",
+         "--epochs", str(epochs), "--name", name, "--storage-path", str(tmp_path / "ray"),
+         "--posthoc", "none", *common], stdout=log, stderr=subprocess.STDOUT)
+    return uri, common, proc
+
+
 def test_a_dead_worker_node_is_survived(tmp_path):
     cluster = start_cluster(1, 1)
     try:
         victim_node = cluster.list_all_nodes()[1]
-        uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
-        log = open(tmp_path / "sweep.log", "w")  # noqa: SIM115
         # 2 concurrent 1-CPU trials on 2 one-CPU nodes: one trial per node
-        proc = subprocess.Popen(
-            [*RAYSEARCH, "sweep", "ce", "--num-samples", "2", "--max-concurrent", "2",
-             "--epochs", "30", "--name", "node-loss", "--address", cluster.address,
-             "--tracking-uri", uri, "--storage-path", str(tmp_path / "ray"), "--posthoc",
-             "none"], stdout=log, stderr=subprocess.STDOUT)
+        uri, _, proc = _start_sweep(cluster, tmp_path, "node-loss", trials=2, epochs=30)
 
         def on_victim(client, children):
             for run in children:
@@ -147,8 +157,8 @@ def test_a_dead_worker_node_is_survived(tmp_path):
 
         victim = _poll(uri, proc, on_victim)
         cluster.remove_node(victim_node, allow_graceful=False)  # its raylet and workers die
-        assert proc.wait(timeout=300) == 0, (tmp_path / "sweep.log").read_text()[-3000:]
-        out = (tmp_path / "sweep.log").read_text()
+        assert proc.wait(timeout=300) == 0, (tmp_path / "first.log").read_text()[-3000:]
+        out = (tmp_path / "first.log").read_text()
         client, parents, children = _runs(uri)
         assert len(parents) == 1
         assert len(children) == 2
@@ -175,14 +185,7 @@ def one_node():
 
 
 def test_resume_after_the_driver_was_killed(one_node, tmp_path):
-    cluster = one_node
-    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
-    common = ["--tracking-uri", uri, "--address", cluster.address]
-    log = open(tmp_path / "first.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [*RAYSEARCH, "sweep", "ce", "--num-samples", "4", "--max-concurrent", "2",
-         "--epochs", "20", "--name", "killed", "--storage-path", str(tmp_path / "ray"),
-         "--posthoc", "none", *common], stdout=log, stderr=subprocess.STDOUT)
+    uri, common, proc = _start_sweep(one_node, tmp_path, "killed", trials=4, epochs=20)
 
     def two_finished(client, children):
         done = [c for c in children if c.info.status == "FINISHED"]
@@ -234,14 +237,7 @@ def test_resume_after_the_driver_was_killed(one_node, tmp_path):
 
 
 def test_ctrl_c_then_resume(one_node, tmp_path):
-    cluster = one_node
-    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
-    common = ["--tracking-uri", uri, "--address", cluster.address]
-    log = open(tmp_path / "first.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [*RAYSEARCH, "sweep", "ce", "--num-samples", "2", "--max-concurrent", "2",
-         "--epochs", "20", "--name", "ctrl-c", "--storage-path", str(tmp_path / "ray"),
-         "--posthoc", "none", *common], stdout=log, stderr=subprocess.STDOUT)
+    uri, common, proc = _start_sweep(one_node, tmp_path, "ctrl-c", trials=2, epochs=20)
 
     def both_training(client, children):
         steps = [max(_steps(client, c.info.run_id), default=0) for c in children]
