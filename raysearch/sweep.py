@@ -48,6 +48,11 @@ OBJECTIVES: dict[str, tuple[Any, Any]] = {
     "nll": ("val_nll", "min"),
 }
 SAMPLERS = ("tpe", "nsga2", "random")
+#: Checkpoints Tune keeps per trial. Two, not one: Tune deletes a trial's older checkpoint when
+#: it registers a newer one, while its experiment snapshot (what ``--resume`` reads) is written
+#: a moment later; with one kept, a driver killed in between leaves a snapshot pointing at a
+#: deleted checkpoint and the trial cannot resume ("does not exist on storage anymore").
+_KEEP_CHECKPOINTS = 2
 SCHEDULERS = ("asha",)
 
 
@@ -689,6 +694,10 @@ def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
             # restart: a restarted trial gets a new id, hence a second MLflow run)
             tuner = tune.Tuner.restore(restore, trainable=trainable, resume_unfinished=True,
                                        resume_errored=True)
+            callback.setup()  # adopt the sweep's runs now (Tune's restored copy shares them)
+            trials = _snapshot_trials(restore)
+            if trials is not None:
+                callback.known_trials({t.trial_id for t in trials})
         else:
             tuner = _new_tuner(space, settings, trainable, callback, name, storage, metric,
                                mode, max_failures)
@@ -728,14 +737,21 @@ def _trials_ended(path: str) -> int | None:
     are still unfinished there (and ``Tuner.restore`` continues them), while the trials that
     ``Tuner.fit`` returns are all stopped. None if the snapshot cannot be read.
     """
+    trials = _snapshot_trials(path)
+    if trials is None:
+        return None
+    return sum(t.status in ("TERMINATED", "ERROR") for t in trials)
+
+
+def _snapshot_trials(path: str) -> list[Any] | None:
+    """The trials of Tune's last experiment snapshot at `path` (None if unreadable)."""
     from ray.tune import ExperimentAnalysis
 
     try:
-        trials = ExperimentAnalysis(path).trials
+        return ExperimentAnalysis(path).trials
     except Exception as exc:  # noqa: BLE001 (the sweep's result does not depend on it)
         logger.warning("cannot read Tune's experiment state at %s: %s", path, exc)
         return None
-    return sum(t.status in ("TERMINATED", "ERROR") for t in trials)
 
 
 def _new_tuner(space: SearchSpace, settings: SweepSettings, trainable: Any, callback: Any,
@@ -761,6 +777,6 @@ def _new_tuner(space: SearchSpace, settings: SweepSettings, trainable: Any, call
         run_config=tune.RunConfig(
             name=name, storage_path=storage, verbose=0,
             callbacks=[callback],
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=_KEEP_CHECKPOINTS),
             failure_config=tune.FailureConfig(max_failures=max_failures, fail_fast=False)),
     )

@@ -207,6 +207,8 @@ class _SweepBook:
         self.resumed: dict[str, int] = {}  # trial id -> checkpoint epoch its attempt resumed
         self.sealed: set[str] = set()  # runs ended before a resume: left exactly as they are
         self.reopen: set[str] = set()  # runs to set RUNNING again when their trial restarts
+        self.configs: dict[str, str] = {}  # trial id -> its RunConfig JSON (adopted runs)
+        self.orphans: dict[str, str] = {}  # run id -> config JSON: trials Tune's snapshot lost
         self.count = 0  # child runs created or adopted (numbers the run names)
         self.finished = 0
         self.adopted = False
@@ -377,6 +379,7 @@ class MlflowSweepCallback(tune.Callback):
                 continue
             book.count += 1
             book.children[tid] = run.info.run_id
+            book.configs[tid] = run.data.tags.get(CONFIG_TAG, "")
             book.started[tid] = now
             book.retries[tid] = int(run.data.tags.get(RETRIES_TAG, 0))
             if run.data.tags.get(NODE_TAG):
@@ -393,6 +396,21 @@ class MlflowSweepCallback(tune.Callback):
             self.progress(f"resuming sweep {self.sweep_name}: {len(book.sealed)} trials already "
                           f"recorded as ended, {len(runs) - len(book.sealed)} to continue")
 
+    def known_trials(self, trial_ids: set[str]) -> None:
+        """The trial ids of a restored experiment (``Tuner.restore``): call after :meth:`setup`.
+
+        Adopted unended runs of other trials are orphans: their trials started after Tune's
+        last snapshot, so the restored searcher samples them again under new ids. A new trial
+        whose configuration equals an orphan's takes over that run (see :meth:`_start`)
+        instead of creating a second run for the same configuration.
+        """
+        book = self.book
+        for tid in list(book.children):
+            if tid not in trial_ids and tid not in book.sealed:
+                book.orphans[book.children.pop(tid)] = book.configs.get(tid, "")
+                book.started.pop(tid, None)
+                book.reopen.discard(tid)
+
     def _start(self, trial: Any) -> None:
         book = self.book
         tid = trial.trial_id
@@ -402,13 +420,25 @@ class MlflowSweepCallback(tune.Callback):
                 self._submit(lambda: self._reopen(tid))
             return
         book.started[tid] = time.monotonic()
-        index = book.count
-        book.count += 1
         try:
             cfg = self.space.resolve(trial.config, **self.overrides)
             cfg_json, params, method = json.dumps(cfg.to_dict()), run_params(cfg), cfg.method
         except ValueError as exc:  # a config the space cannot resolve: the trial will fail too
             cfg_json, params, method = "{}", {"error": str(exc)[:400]}, "?"
+        orphan = next((r for r, c in book.orphans.items() if c == cfg_json), None)
+        if orphan is not None:
+            del book.orphans[orphan]
+            book.children[tid] = orphan
+            book.steps[tid] = _last_step(self.client, orphan)
+
+            def claim() -> None:
+                self.client.set_tag(orphan, TRIAL_TAG, tid)
+                self._reopen(tid)
+
+            self._submit(claim)
+            return
+        index = book.count
+        book.count += 1
 
         def create() -> None:
             run = self.client.create_run(

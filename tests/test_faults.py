@@ -208,8 +208,8 @@ def test_resume_after_the_driver_was_killed(one_node, tmp_path):
     resumed = subprocess.run([*RAYSEARCH, "sweep", "--resume", "killed", *common],
                              capture_output=True, text=True, timeout=400)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert "resuming sweep killed" in resumed.stdout
-    assert "4/4 trials complete" in resumed.stdout
+    assert "resuming sweep killed" in resumed.stdout, resumed.stdout
+    assert "4/4 trials complete" in resumed.stdout, resumed.stdout
 
     client, parents, children = _runs(uri)
     assert [p.info.run_id for p in parents] == [parent_id]  # reopened, not recreated
