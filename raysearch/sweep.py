@@ -638,11 +638,8 @@ def resume_sweep(name: str, *, tracking_uri: str | None = None,
 
 def _has_errored_trials(client: Any, parent: Any) -> bool:
     """True when a trial of the sweep ended FAILED by an error (``--resume`` retries those)."""
-    frame = tracking.sweep_trials(client, parent)
-    if frame.empty:
-        return False
-    return bool(((frame["status"] == "FAILED") & (frame["outcome"] == "error")).any()) \
-        if "outcome" in frame else False
+    runs = tracking.child_runs(client, parent.info.experiment_id, parent.info.run_id)
+    return any(r.data.tags.get(tracking.OUTCOME_TAG) == "error" for r in runs)
 
 
 def _load_record(client: Any, parent_id: str, name: str) -> dict[str, Any]:

@@ -363,15 +363,7 @@ class MlflowSweepCallback(tune.Callback):
         if book.adopted:
             return
         book.adopted = True
-        runs, token = [], None
-        while True:
-            page = self.client.search_runs(
-                [self.experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{self.parent_run_id}'",
-                max_results=1000, page_token=token)
-            runs.extend(page)
-            token = page.token
-            if not token:
-                break
+        runs = child_runs(self.client, self.experiment_id, self.parent_run_id)
         now = time.monotonic()
         for run in runs:
             tid = run.data.tags.get(TRIAL_TAG)
@@ -673,25 +665,31 @@ def sweep_trials(client: MlflowClient, parent: Any) -> pd.DataFrame:
     params (numbers where they parse), every metric's last value (``val_*`` of the last epoch,
     ``test_*``), and ``config`` (the RunConfig as JSON).
     """
-    rows, token = [], None
+    rows = []
+    for run in child_runs(client, parent.info.experiment_id, parent.info.run_id):
+        row = {"trial": run.info.run_name, "run_id": run.info.run_id,
+               "trial_id": run.data.tags.get(TRIAL_TAG, ""), "status": run.info.status,
+               "complete": run.data.tags.get(COMPLETE_TAG) == "true",
+               "outcome": run.data.tags.get(OUTCOME_TAG, "")}
+        row.update({k: _coerce(v) for k, v in run.data.params.items()})
+        row.update(run.data.metrics)
+        row["config"] = run.data.tags.get(CONFIG_TAG, "{}")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def child_runs(client: MlflowClient, experiment_id: str, parent_run_id: str) -> list[Any]:
+    """Every child run of a sweep's parent run (all pages), oldest first."""
+    runs, token = [], None
     while True:
-        page = client.search_runs([parent.info.experiment_id],
-                                  filter_string=f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'",
+        page = client.search_runs([experiment_id],
+                                  filter_string=f"tags.`{PARENT_TAG}` = '{parent_run_id}'",
                                   max_results=1000, page_token=token,
                                   order_by=["attributes.start_time ASC"])
-        for run in page:
-            row = {"trial": run.info.run_name, "run_id": run.info.run_id,
-                   "trial_id": run.data.tags.get(TRIAL_TAG, ""), "status": run.info.status,
-                   "complete": run.data.tags.get(COMPLETE_TAG) == "true",
-                   "outcome": run.data.tags.get(OUTCOME_TAG, "")}
-            row.update({k: _coerce(v) for k, v in run.data.params.items()})
-            row.update(run.data.metrics)
-            row["config"] = run.data.tags.get(CONFIG_TAG, "{}")
-            rows.append(row)
+        runs.extend(page)
         token = page.token
         if not token:
-            break
-    return pd.DataFrame(rows)
+            return runs
 
 
 def write_parquet(frame: pd.DataFrame, path: str | Path) -> Path:
