@@ -24,14 +24,16 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 from collections.abc import Callable
 from typing import Any
 
 from raysearch.data.digits import DIGITS_TEST_FRACTION, DIGITS_VAL_FRACTION, load_digits
-from raysearch.data.images import CropFlip, ImageFileDataset, ImageTensorDataset
 from raysearch.data.splits import (
+    IMAGEFOLDER_TEST_FRACTION,
+    IMAGEFOLDER_VAL_FRACTION,
     OFFICIAL_VAL_FRACTION,
     DatasetError,
     DatasetSplits,
@@ -39,17 +41,31 @@ from raysearch.data.splits import (
     long_tail_indices,
     stratified_split_indices,
 )
-from raysearch.data.vision import (
-    IMAGEFOLDER_TEST_FRACTION,
-    IMAGEFOLDER_VAL_FRACTION,
-    load_cifar10,
-    load_cifar100,
-    load_fashion_mnist,
-    load_imagefolder,
-    load_mnist,
-    load_svhn,
-    load_tiny_imagenet,
-)
+
+# torchvision (about a second to import) is imported when an image dataset is first used, not
+# by every process that imports this package (each trial worker of a digits sweep)
+_LAZY = {"CropFlip": "images", "ImageFileDataset": "images", "ImageTensorDataset": "images"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module = importlib.import_module(f"raysearch.data.{_LAZY[name]}")
+        return getattr(module, name)
+    raise AttributeError(f"module 'raysearch.data' has no attribute {name!r}")
+
+
+def _vision(loader: str) -> Callable[..., DatasetSplits]:
+    """A loader of :mod:`raysearch.data.vision`, imported on its first call."""
+
+    def load(**kwargs: Any) -> DatasetSplits:
+        from raysearch.data import vision
+
+        return getattr(vision, loader)(**kwargs)
+
+    load.__name__ = load.__qualname__ = loader
+    load.__doc__ = f"``raysearch.data.vision.{loader}`` (imported on first use)."
+    return load
+
 
 __all__ = [
     "CropFlip",
@@ -67,13 +83,8 @@ __all__ = [
 
 _DATASETS: dict[str, Callable[..., DatasetSplits]] = {
     "digits": load_digits,
-    "cifar10": load_cifar10,
-    "cifar100": load_cifar100,
-    "svhn": load_svhn,
-    "mnist": load_mnist,
-    "fashion_mnist": load_fashion_mnist,
-    "tiny_imagenet": load_tiny_imagenet,
-    "imagefolder": load_imagefolder,
+    **{name: _vision(f"load_{name}") for name in (
+        "cifar10", "cifar100", "svhn", "mnist", "fashion_mnist", "tiny_imagenet", "imagefolder")},
 }
 
 _OFFICIAL = {"val_fraction": OFFICIAL_VAL_FRACTION, "test_fraction": None}

@@ -33,6 +33,9 @@ __all__ = [
 
 #: Default share of an official training split carved out as validation (CIFAR: 5,000 of 50,000).
 OFFICIAL_VAL_FRACTION = 0.1
+#: ``imagefolder`` trees without train/ and val/: default validation and test shares of all images.
+IMAGEFOLDER_VAL_FRACTION = 0.1
+IMAGEFOLDER_TEST_FRACTION = 0.2
 
 
 @dataclass

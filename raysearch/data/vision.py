@@ -50,6 +50,8 @@ from raysearch.data.images import (
     read_rgb,
 )
 from raysearch.data.splits import (
+    IMAGEFOLDER_TEST_FRACTION,
+    IMAGEFOLDER_VAL_FRACTION,
     OFFICIAL_VAL_FRACTION,
     DatasetError,
     DatasetSplits,
@@ -100,9 +102,6 @@ TINY_IMAGENET_MEAN, TINY_IMAGENET_STD = (0.4802, 0.4481, 0.3975), (0.2770, 0.269
 
 #: Side of the square crops of ``imagefolder`` images (train and eval), in pixels.
 IMAGE_SIZE = 224
-#: ``imagefolder`` trees without train/ and val/: default validation and test shares of all images.
-IMAGEFOLDER_VAL_FRACTION = 0.1
-IMAGEFOLDER_TEST_FRACTION = 0.2
 
 TINY_IMAGENET_URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
 _TINY_FOLDER = "tiny-imagenet-200"
