@@ -152,8 +152,9 @@ def tracking_options(func: Callable) -> Callable:
 @click.option("--posthoc", default="ts", show_default=True,
               help="Post-hoc calibrators fitted per trial on validation logits, comma-separated "
                    "(ts, ets, cts, pts, ts_sbece), or 'none'.")
-@click.option("--checkpoint-every", default=1, show_default=True, type=int,
-              help="Checkpoint every N epochs (0: the last epoch only).")
+@click.option("--checkpoint-every", default=None, type=click.IntRange(min=0), metavar="N",
+              help="Checkpoint every N epochs (0: the last epoch only) [default: once a "
+                   "minute of training].")
 @click.option("--max-failures", default=None, type=click.IntRange(min=0), metavar="N",
               help="Retry a trial that raised or whose node died up to N times, from its last "
                    "checkpoint [default: 2 with --address, else 0].")
@@ -172,7 +173,7 @@ def sweep(ctx: click.Context, space: str | None, resume: str | None, dataset: st
           max_concurrent: int, epochs: int | None, objective: str, sampler: str,
           scheduler: str | None, scheduler_metric: str, tolerance: float, seed: int,
           name: str | None, address: str | None, storage_path: str | None, posthoc: str,
-          checkpoint_every: int, max_failures: int | None, fault_drill: int | None,
+          checkpoint_every: int | None, max_failures: int | None, fault_drill: int | None,
           tracking_uri: str | None,
           experiment: str) -> None:
     """Run a sweep over SPACE (a bundled space name such as 'acls', or a YAML file).

@@ -85,8 +85,9 @@ class SweepSettings:
         cpus_per_trial: CPUs reserved per trial.
         posthoc: post-hoc calibrators fitted on each trial's validation logits and measured on
             its test logits (``test_ece_ts``, ...); empty for none.
-        checkpoint_every: a trial checkpoints every n-th epoch (0: the last epoch only); the
-            last epoch always carries a checkpoint.
+        checkpoint_every: a trial checkpoints every n-th epoch (0: the last epoch only); None
+            (default): once a minute of training (``trainable.CHECKPOINT_INTERVAL_S``), the
+            cadence a retry or ``--resume`` needs. The last epoch always carries a checkpoint.
         model: overrides the space's ``model`` when set (``resnet18``, ``torchvision:<name>``).
         gpus_per_trial: GPUs reserved per trial; fractions share a GPU (0.25: four trials on
             one GPU). 0 trains on the CPU.
@@ -128,7 +129,7 @@ class SweepSettings:
     n_bins: int = 15
     cpus_per_trial: float = 1.0
     posthoc: tuple[str, ...] = ("ts",)
-    checkpoint_every: int = 1
+    checkpoint_every: int | None = None
     model: str | None = None
     gpus_per_trial: float = 0.0
     precision: str = "auto"
@@ -167,7 +168,7 @@ class SweepSettings:
             raise ValueError(f"`tolerance` must be in [0, 1), got {self.tolerance}")
         if self.n_bins < 1:
             raise ValueError(f"`n_bins` must be >= 1, got {self.n_bins}")
-        if self.checkpoint_every < 0:
+        if self.checkpoint_every is not None and self.checkpoint_every < 0:
             raise ValueError(f"`checkpoint_every` must be >= 0, got {self.checkpoint_every}")
         if not self.gpus_per_trial >= 0:
             raise ValueError(f"`gpus_per_trial` must be >= 0, got {self.gpus_per_trial}")
@@ -565,6 +566,7 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
               "settings": {**settings.to_record(), "name": name},
               "space": space.to_dict()}
     client.log_text(parent_id, json.dumps(record, indent=1), SWEEP_RECORD)
+    tracking.log_dataset(client, parent_id, _dataset_record(data, settings))
     gpu = f", {settings.gpus_per_trial:g} GPU per trial" if settings.gpus_per_trial else ""
     say(f"sweep {name}: {settings.num_samples} trials of space '{space.name}' on "
         f"{settings.dataset} ({_sizes(data)}){gpu}, objective {settings.objective}, sampler "
@@ -670,7 +672,8 @@ def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
         # every copy in this process shares one writer, which this one flushes below
         callback = tracking.MlflowSweepCallback(
             client, experiment_id, parent_id, name, space, overrides, progress=say,
-            total=settings.num_samples, max_failures=max_failures)
+            total=settings.num_samples, max_failures=max_failures,
+            dataset=_dataset_record(data, settings))
         resources = trial_resources(
             cpus_per_trial=settings.cpus_per_trial, gpus_per_trial=settings.gpus_per_trial,
             workers=settings.workers_per_trial, cpus_per_worker=settings.cpus_per_worker,
@@ -679,6 +682,9 @@ def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
             tune.with_parameters(run_trial, space=space, overrides=overrides,
                                  posthoc=tuple(settings.posthoc),
                                  checkpoint_every=settings.checkpoint_every,
+                                 # a scheduler compares trials at every epoch (ASHA's rungs);
+                                 # otherwise epochs travel in fewer reports
+                                 report_every_epoch=settings.scheduler is not None,
                                  precision=settings.precision,
                                  cpus_per_trial=settings.cpus_per_trial, shift_set=shift_set,
                                  workers=settings.workers_per_trial,
@@ -725,6 +731,12 @@ def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
         f"{done}/{settings.num_samples} trials complete; parent run {parent_id}")
     return SweepResult(name, parent_id, uri, frame, selected, seconds,
                        interrupted=status == "KILLED")
+
+
+def _dataset_record(data: Any, settings: SweepSettings) -> dict[str, Any]:
+    """The sweep's dataset as MLflow shows it (:func:`raysearch.tracking.dataset_record`)."""
+    source = _absolute(settings.data_dir) or f"raysearch.data.load_dataset('{data.name}')"
+    return tracking.dataset_record(data, source)
 
 
 def _trials_ended(path: str) -> int | None:

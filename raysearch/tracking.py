@@ -28,7 +28,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
-from mlflow.entities import Metric, Param
+from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 from ray import tune
 
@@ -40,8 +40,10 @@ from raysearch.trainable import (
     ARTIFACT_FILES,
     COMPLETED,
     DIVERGED,
+    EPOCH_HISTORY,
     LOGITS_FILE,
     RELIABILITY,
+    RELIABILITY_PLOT,
     RESUMED_FROM,
 )
 
@@ -66,6 +68,10 @@ RETRIES_TAG = "raysearch.retries"
 RESUMED_TAG = "raysearch.resumed_from_epoch"
 ERROR_TAG = "raysearch.error"
 DEFAULT_EXPERIMENT = "raysearch"
+#: Experiment tag that MLflow 3's UI reads for the kind of an experiment, and our value for it
+#: ("model training", not GenAI: the UI then does not ask which kind the experiment is).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
 METRIC_PREFIXES = ("train_", "val_", "test_", "shift_")
 
 
@@ -126,15 +132,22 @@ def get_client(uri: str | None = None) -> tuple[MlflowClient, str]:
 
 
 def ensure_experiment(client: MlflowClient, name: str, uri: str) -> str:
-    """Id of experiment `name`, created if missing (artifacts beside a SQLite store, absolute)."""
+    """Id of experiment `name`, created if missing (artifacts beside a SQLite store, absolute).
+
+    The experiment is tagged :data:`EXPERIMENT_KIND_TAG` = :data:`EXPERIMENT_KIND` (MLflow 3's
+    "model training" kind), so the MLflow UI does not ask which kind of experiment it is.
+    """
     exp = client.get_experiment_by_name(name)
     if exp is not None:
+        if exp.tags.get(EXPERIMENT_KIND_TAG) is None:
+            client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return exp.experiment_id
     location = None
     if uri.startswith("sqlite:///"):
         root = Path(uri[len("sqlite:///"):]).parent / "mlartifacts"
         location = root.resolve().as_uri()
-    return client.create_experiment(name, artifact_location=location)
+    return client.create_experiment(name, artifact_location=location,
+                                    tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
 
 
 def _numeric_metrics(result: dict[str, Any]) -> dict[str, float]:
@@ -170,6 +183,72 @@ _RUN_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
 def log_params(client: MlflowClient, run_id: str, params: dict[str, Any]) -> None:
     """Log params in one batch (values as strings, as MLflow stores them)."""
     client.log_batch(run_id, params=[Param(k, str(v)) for k, v in params.items()])
+
+
+def log_epochs(client: MlflowClient, run_id: str, epochs: list[tuple[int, dict[str, float]]],
+               tags: dict[str, str] | None = None) -> None:
+    """Log several epochs' metrics (each at ``step=epoch``) and `tags` in one batch."""
+    now = int(time.time() * 1000)
+    client.log_batch(run_id, metrics=[Metric(k, v, now, step) for step, metrics in epochs
+                                      for k, v in metrics.items()],
+                     tags=[RunTag(k, v) for k, v in (tags or {}).items()])
+
+
+def dataset_record(data: Any, source: str) -> dict[str, Any]:
+    """What MLflow shows of a sweep's dataset: name, source, split sizes and a digest.
+
+    Args:
+        data: the sweep's :class:`~raysearch.data.DatasetSplits`.
+        source: where it was read from (the data folder, or the bundled loader's name).
+
+    Returns:
+        ``{"name", "source", "digest", "profile"}``; ``profile`` is a JSON string of the split
+        sizes, the number of classes and the input shape; ``digest`` (12 hex digits) is a
+        SHA-256 over the name, source, the split description (``data.info``, which holds the
+        seed and fractions) and, where a split exposes them without reading images, its labels:
+        the same dataset split the same way has the same digest.
+    """
+    import hashlib
+
+    import numpy as np
+
+    profile = {"train_size": len(data.train), "val_size": len(data.val),
+               "test_size": len(data.test), "num_classes": int(data.num_classes),
+               "input_shape": list(data.input_shape)}
+    digest = hashlib.sha256(json.dumps([data.name, source, data.info, profile], sort_keys=True,
+                                       default=str).encode())
+    for split in (data.train, data.val, data.test):
+        labels = _split_labels(split)
+        if labels is not None:
+            digest.update(np.ascontiguousarray(labels, dtype=np.int64).tobytes())
+    return {"name": data.name, "source": source, "digest": digest.hexdigest()[:12],
+            "profile": json.dumps(profile)}
+
+
+def _split_labels(split: Any) -> Any:
+    """Labels of a split when it holds them in memory (a TensorDataset, ``targets``), else None."""
+    tensors = getattr(split, "tensors", None)
+    if isinstance(tensors, tuple) and len(tensors) >= 2:
+        return tensors[1].cpu().numpy()
+    for name in ("targets", "labels", "y"):
+        value = getattr(split, name, None)
+        if value is not None and hasattr(value, "__len__") and not callable(value):
+            try:
+                import numpy as np
+
+                return np.asarray(value)
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def log_dataset(client: MlflowClient, run_id: str, record: dict[str, Any],
+                context: str = "training") -> None:
+    """Attach `record` (:func:`dataset_record`) to `run_id` as an MLflow dataset input."""
+    dataset = Dataset(name=record["name"], digest=record["digest"], source_type="local",
+                      source=json.dumps({"uri": record["source"]}), profile=record["profile"])
+    client.log_inputs(run_id, datasets=[DatasetInput(dataset, tags=[
+        InputTag("mlflow.data.context", context)])])
 
 
 def log_metrics(client: MlflowClient, run_id: str, metrics: dict[str, float], step: int) -> None:
@@ -294,6 +373,7 @@ class MlflowSweepCallback(tune.Callback):
             trials finish first).
         total: number of trials of the sweep (for the progress line).
         max_failures: retries Tune grants a failed trial (for the retry line).
+        dataset: the sweep's :func:`dataset_record`, logged as each child run's dataset input.
     """
 
     #: Shortest gap (seconds) between two epoch lines of one running trial.
@@ -302,7 +382,8 @@ class MlflowSweepCallback(tune.Callback):
     def __init__(self, client: MlflowClient, experiment_id: str, parent_run_id: str,
                  sweep_name: str, space: SearchSpace, overrides: dict[str, Any],
                  progress: Callable[[str], None] | None = None, total: int | None = None,
-                 max_failures: int = 0):
+                 max_failures: int = 0, dataset: dict[str, Any] | None = None):
+        self.dataset = dataset
         self.tracking_uri = client.tracking_uri
         self.experiment_id = experiment_id
         self.parent_run_id = parent_run_id
@@ -439,6 +520,8 @@ class MlflowSweepCallback(tune.Callback):
                       TRIAL_TAG: tid, CONFIG_TAG: cfg_json})
             book.children[tid] = run.info.run_id
             log_params(self.client, run.info.run_id, params)
+            if self.dataset:
+                log_dataset(self.client, run.info.run_id, self.dataset)
 
         self._submit(create)
 
@@ -459,25 +542,32 @@ class MlflowSweepCallback(tune.Callback):
         book = self.book
         if tid in book.sealed:
             return
-        self._tag_changes(tid, result)
-        metrics = _numeric_metrics(result)
-        step = int(result.get("epoch", result.get("training_iteration", 0)))
-        if metrics and step > book.steps.get(tid, 0):
-            book.steps[tid] = step
-            self._submit(lambda: log_metrics(self.client, book.children[tid], metrics, step))
-            self._epoch_line(trial, step, metrics)
+        tags = self._tag_changes(tid, result)
+        # a report carries its own epoch and the unreported epochs before it (EPOCH_HISTORY)
+        epochs = []
+        for entry in [*result.get(EPOCH_HISTORY, ()), result]:
+            metrics = _numeric_metrics(entry)
+            step = int(entry.get("epoch", result.get("training_iteration", 0)))
+            if metrics and step > book.steps.get(tid, 0):
+                book.steps[tid] = step
+                epochs.append((step, metrics))
+        if epochs or tags:
+            self._submit(lambda: log_epochs(self.client, book.children[tid], epochs, tags))
+        if epochs:
+            self._epoch_line(trial, *epochs[-1])
 
-    def _tag_changes(self, tid: str, result: dict) -> None:
-        """Tag the run with the node and the checkpoint epoch of `result` when they change."""
+    def _tag_changes(self, tid: str, result: dict) -> dict[str, str]:
+        """Tags to set: the node and the checkpoint epoch of `result` where they changed."""
         book = self.book
+        tags = {}
         for key, tag, seen, kind in ((NODE_KEY, NODE_TAG, book.nodes, str),
                                      (RESUMED_FROM, RESUMED_TAG, book.resumed, int)):
             value = result.get(key)
             if not isinstance(value, kind) or isinstance(value, bool) or seen.get(tid) == value:
                 continue
             seen[tid] = value
-            self._submit(lambda tag=tag, value=value:
-                         self.client.set_tag(book.children[tid], tag, str(value)))
+            tags[tag] = str(value)
+        return tags
 
     def _epoch_line(self, trial: Any, epoch: int, metrics: dict[str, float]) -> None:
         now = time.monotonic()
@@ -520,7 +610,9 @@ class MlflowSweepCallback(tune.Callback):
         result = dict(trial.last_result or {})
         if tid in book.sealed:  # recorded before a resume (Tune's snapshot was older)
             return
-        self._tag_changes(tid, result)
+        tags = self._tag_changes(tid, result)
+        if tags:
+            self._submit(lambda: log_epochs(self.client, book.children[tid], [], tags))
         if result.get(DIVERGED):
             self._fail(trial, str(result[DIVERGED]), result, outcome="diverged")
             return
@@ -529,17 +621,20 @@ class MlflowSweepCallback(tune.Callback):
 
         def finish() -> None:
             run_id = book.children[tid]
-            self.client.set_tag(run_id, COMPLETE_TAG, str(complete).lower())
-            self.client.set_tag(run_id, OUTCOME_TAG, "complete" if complete else "stopped_early")
+            log_epochs(self.client, run_id, [], {
+                COMPLETE_TAG: str(complete).lower(),
+                OUTCOME_TAG: "complete" if complete else "stopped_early"})
+            drawn = False  # the trial draws its reliability diagram into its last checkpoint
             if checkpoint is not None:
                 try:
                     with checkpoint.as_directory() as d:
                         for name in ARTIFACT_FILES:
                             if (Path(d) / name).is_file():
                                 self.client.log_artifact(run_id, str(Path(d) / name))
+                                drawn = drawn or name == RELIABILITY_PLOT
                 except Exception as exc:  # never lose the run over an artifact
                     logger.warning("logits of %s not attached: %s", tid, exc)
-            if complete and isinstance(result.get(RELIABILITY), dict):
+            if complete and not drawn and isinstance(result.get(RELIABILITY), dict):
                 title = f"{tid}  test ECE {100 * result.get('test_ece', float('nan')):.2f}%"
                 try:
                     log_reliability(self.client, run_id, result[RELIABILITY], title)
@@ -564,9 +659,8 @@ class MlflowSweepCallback(tune.Callback):
 
         def fail() -> None:
             run_id = book.children[tid]
-            self.client.set_tag(run_id, COMPLETE_TAG, "false")
-            self.client.set_tag(run_id, OUTCOME_TAG, outcome)
-            self.client.set_tag(run_id, ERROR_TAG, message[:4000])
+            log_epochs(self.client, run_id, [], {COMPLETE_TAG: "false", OUTCOME_TAG: outcome,
+                                                 ERROR_TAG: message[:4000]})
             self.client.set_terminated(run_id, "FAILED")
 
         self._submit(fail)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import math
 import os
 import queue
@@ -52,13 +53,29 @@ LOGITS_FILE = "logits.parquet"
 #: the MLflow run.
 SHIFT_TABLE = "shift.csv"
 SHIFT_PLOT = "shift.png"
+#: Reliability diagram of the test set, drawn by the trial, in its final checkpoint.
+RELIABILITY_PLOT = "reliability.png"
 #: Files of the final checkpoint that the tracking callback attaches to the trial's run.
-ARTIFACT_FILES = (LOGITS_FILE, SHIFT_TABLE, SHIFT_PLOT)
+ARTIFACT_FILES = (LOGITS_FILE, RELIABILITY_PLOT, SHIFT_TABLE, SHIFT_PLOT)
 #: Result key holding the ID of the Ray node that trained (rank 0's node in a DDP trial).
 NODE_ID = "node_id"
 #: Result key, in every report of an attempt that resumed from a checkpoint: the epoch of that
 #: checkpoint (the attempt trains from the next epoch on).
 RESUMED_FROM = "resumed_from_epoch"
+#: Result key: the epochs trained since the previous report and not reported on their own, a
+#: list of ``{"epoch": e, "train_...": ..., "val_...": ...}`` (the tracking callback logs each at
+#: ``step=e``). A report's own epoch is its top-level ``epoch`` and metrics.
+EPOCH_HISTORY = "epoch_history"
+#: Default checkpoint cadence (``checkpoint_every=None``): a checkpoint once this many seconds
+#: of training passed since the last one. A retried trial loses at most that much work, and a
+#: checkpoint (a state dict written, persisted to the storage path, and Tune's experiment
+#: snapshot it forces) costs well under 1% of it.
+CHECKPOINT_INTERVAL_S = 60.0
+#: Without a scheduler a trial reports after its checkpoints, its last epoch, and otherwise at
+#: most every this many seconds (progress lines and live MLflow curves); each report carries
+#: the epochs since the previous one (:data:`EPOCH_HISTORY`). A report blocks the trial until
+#: the driver has taken it, which costs a 2-s trial on a busy 2-core machine a noticeable share.
+REPORT_INTERVAL_S = 10.0
 _CKPT_FILE = "state.pt"
 #: Logical memory (bytes) that the coordinating function of a DDP trial reserves: Tune needs a
 #: non-empty resource bundle, and CPUs or GPUs held there could not go to the Train workers.
@@ -135,8 +152,9 @@ def _check_workers(workers: int, cpus_per_worker: float, gpus_per_worker: float)
 
 
 def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str, Any],
-              posthoc: tuple[str, ...] = ("ts",), checkpoint_every: int = 1,
-              precision: str = "auto", cpus_per_trial: float = 1.0,
+              posthoc: tuple[str, ...] = ("ts",), checkpoint_every: int | None = None,
+              report_every_epoch: bool = False, precision: str = "auto",
+              cpus_per_trial: float = 1.0,
               shift_set: Any = None, workers: int = 1, cpus_per_worker: float = 1.0,
               gpus_per_worker: float = 0.0, fault_epoch: int | None = None) -> None:
     """Tune function trainable: train one configuration and report to Tune.
@@ -155,7 +173,13 @@ def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str
             space's values.
         posthoc: calibrator names of :func:`raysearch.calibration.fit_calibrator` (may be empty).
         checkpoint_every: attach a checkpoint (model, optimizer, scheduler) to every n-th
-            epoch's report; 0 checkpoints the last epoch only. The last epoch always has one.
+            epoch's report; 0 checkpoints the last epoch only; None (default) checkpoints an
+            epoch once :data:`CHECKPOINT_INTERVAL_S` seconds of training passed since the last
+            checkpoint (or the attempt's start). The last epoch always has one.
+        report_every_epoch: report every epoch (what a scheduler such as ASHA needs to compare
+            rungs). False (default): report the epochs that carry a checkpoint, the last one and
+            otherwise at most every :data:`REPORT_INTERVAL_S` seconds, each report holding the
+            unreported epochs before it under :data:`EPOCH_HISTORY`.
         precision: ``auto``, ``bf16`` or ``fp32`` (:func:`raysearch.training.fit`).
         cpus_per_trial: CPUs Ray reserved for the trial: torch threads on the CPU and
             DataLoader workers (:func:`loader_workers`) for file-backed datasets.
@@ -210,7 +234,9 @@ def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str
         with checkpoint.as_directory() as d:
             resume_bytes = (Path(d) / _CKPT_FILE).read_bytes()
     options = {"posthoc": tuple(posthoc), "checkpoint_every": checkpoint_every,
-               "precision": precision, "shift_set": shift_set, "fault_epoch": fault_epoch}
+               "report_every_epoch": report_every_epoch, "precision": precision,
+               "shift_set": shift_set, "fault_epoch": fault_epoch,
+               "trial_id": tune.get_context().get_trial_id() or "trial"}
     if workers > 1:
         torch.set_num_threads(1)  # this process only coordinates
         _run_ddp(cfg, resume_bytes, options, workers=workers, cpus_per_worker=cpus_per_worker,
@@ -243,6 +269,7 @@ def _train_and_report(cfg: RunConfig, resume_bytes: bytes | None, options: dict[
     sends; ``agree(go_on)`` broadcasts rank 0's answer so every rank stops together.
     """
     checkpoint_every = options["checkpoint_every"]
+    every_epoch = options.get("report_every_epoch", False)
     resume = load_state(resume_bytes) if resume_bytes is not None else None
     if resume is not None:
         plain_send = send
@@ -251,6 +278,20 @@ def _train_and_report(cfg: RunConfig, resume_bytes: bytes | None, options: dict[
             return plain_send({**metrics, RESUMED_FROM: int(resume["epoch"])}, files, last)
 
     last_state: dict[str, Any] = {}
+    pending: list[dict[str, Any]] = []  # epochs trained since the last report (rank 0)
+    clock = {"checkpoint": time.monotonic(), "report": time.monotonic()}
+
+    def with_history(metrics: dict[str, Any]) -> dict[str, Any]:
+        if pending:
+            metrics = {**metrics, EPOCH_HISTORY: list(pending)}
+            pending.clear()
+        return metrics
+
+    def checkpoint_due(epoch: int, now: float) -> bool:
+        if checkpoint_every is None:
+            return now - clock["checkpoint"] >= options.get("checkpoint_seconds",
+                                                            CHECKPOINT_INTERVAL_S)
+        return bool(checkpoint_every) and epoch % checkpoint_every == 0
 
     def on_epoch(epoch: int, metrics: dict[str, float], state: dict) -> None:
         if epoch == cfg.epochs:
@@ -258,15 +299,25 @@ def _train_and_report(cfg: RunConfig, resume_bytes: bytes | None, options: dict[
             last_state.update(state)
             return
         go_on = True
-        if rank == 0 and (not checkpoint_every or epoch % checkpoint_every):
-            go_on = send({"epoch": epoch, **metrics}, None)
-        elif rank == 0:
-            with tempfile.TemporaryDirectory() as d:
-                torch.save(state, Path(d) / _CKPT_FILE)
-                go_on = send({"epoch": epoch, **metrics}, Path(d))
+        drill = epoch == options.get("fault_epoch") and resume is None
+        if rank == 0:
+            now = time.monotonic()
+            checkpoint = checkpoint_due(epoch, now)
+            entry = {"epoch": epoch, **metrics}
+            if checkpoint or drill or every_epoch or now - clock["report"] >= REPORT_INTERVAL_S:
+                clock["report"] = now
+                if checkpoint:
+                    clock["checkpoint"] = now
+                    with tempfile.TemporaryDirectory() as d:
+                        torch.save(state, Path(d) / _CKPT_FILE)
+                        go_on = send(with_history(entry), Path(d))
+                else:
+                    go_on = send(with_history(entry), None)
+            else:
+                pending.append(entry)
         if agree is not None and not agree(go_on):
             raise _Stop
-        if epoch == options.get("fault_epoch") and resume is None:
+        if drill:
             raise InjectedFault(f"fault drill: first attempt stopped after epoch {epoch}")
 
     try:
@@ -283,13 +334,23 @@ def _train_and_report(cfg: RunConfig, resume_bytes: bytes | None, options: dict[
         # process stays alive for the next trial (reuse_actors) instead of being replaced
         # (in DDP every rank raises it at the same batch: the check is all-reduced)
         if rank == 0:
-            send({DIVERGED: str(exc), COMPLETED: False}, None, True)
+            send(with_history({DIVERGED: str(exc), COMPLETED: False}), None, True)
         return
+    except InjectedFault:
+        raise
+    except Exception:
+        # the epochs trained before the error still reach MLflow (one process: a DDP rank
+        # that raised has no Train run left to report through)
+        if rank == 0 and pending and agree is None:
+            with contextlib.suppress(BaseException):
+                last = pending.pop()
+                send(with_history(last), None)
+        raise
     if rank != 0:
         return
     with tempfile.TemporaryDirectory() as d:
         final = _final_report(result, cfg, data.test, last_state, options, Path(d))
-        send(final, Path(d), True)
+        send(with_history(final), Path(d), True)
 
 
 def load_state(data: bytes) -> dict[str, Any]:
@@ -343,6 +404,7 @@ def _final_report(result: Any, cfg: RunConfig, test: Any, last_state: dict[str, 
         },
     }
     torch.save(last_state, out / _CKPT_FILE)
+    _draw_reliability(final, out / RELIABILITY_PLOT, options.get("trial_id", "trial"))
     logits = np.concatenate([result.val_logits, result.test_logits])
     labels = np.concatenate([result.val_labels, result.test_labels])
     split = ["val"] * len(result.val_labels) + ["test"] * len(result.test_labels)
@@ -360,6 +422,19 @@ def _final_report(result: Any, cfg: RunConfig, test: Any, last_state: dict[str, 
     if options["shift_set"]:
         final.update(_shift_eval(result, cfg, test, options["shift_set"], posthoc, out))
     return final
+
+
+def _draw_reliability(final: dict[str, Any], path: Path, trial_id: str) -> None:
+    """Draw the final report's test reliability diagram (a trial's CPU, not the driver's)."""
+    from raysearch import plots
+
+    bins = final[RELIABILITY]
+    title = f"{trial_id}  test ECE {100 * final.get('test_ece', float('nan')):.2f}%"
+    try:
+        plots.reliability_diagram(bins["edges"], bins["counts"], bins["accuracy"],
+                                  bins["confidence"], path, title=title)
+    except Exception as exc:  # noqa: BLE001 (a plot must never fail the trial)
+        logging.getLogger(__name__).warning("reliability diagram not drawn: %s", exc)
 
 
 class _Relay:

@@ -128,6 +128,9 @@ def _poll(uri: str, proc: subprocess.Popen, ready, timeout: float = 240.0):
 def _start_sweep(cluster, tmp_path, name: str, trials: int, epochs: int):
     """``raysearch sweep ce`` on `cluster` in a subprocess (2 trials at a time, 1 CPU each).
 
+    Every epoch is checkpointed, hence reported: the tests inject their faults at epochs they
+    read from MLflow.
+
     Returns the tracking URI, the options a ``--resume`` needs, and the process (its output
     goes to ``first.log``).
     """
@@ -137,7 +140,8 @@ def _start_sweep(cluster, tmp_path, name: str, trials: int, epochs: int):
     proc = subprocess.Popen(
         [*RAYSEARCH, "sweep", "ce", "--num-samples", str(trials), "--max-concurrent", "2",
          "--epochs", str(epochs), "--name", name, "--storage-path", str(tmp_path / "ray"),
-         "--posthoc", "none", *common], stdout=log, stderr=subprocess.STDOUT)
+         "--posthoc", "none", "--checkpoint-every", "1", *common],
+        stdout=log, stderr=subprocess.STDOUT)
     return uri, common, proc
 
 

@@ -11,6 +11,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
+from ray.tune import ExperimentAnalysis
 
 from raysearch.cli import main
 from raysearch.config import RunConfig
@@ -92,6 +93,16 @@ def test_child_metrics_per_epoch_and_test_metrics(acls_sweep):
         cfg = RunConfig.from_dict(json.loads(child.data.tags["raysearch.config"]))
         assert cfg.method == "acls"
         assert cfg.epochs == EPOCHS
+        # the dataset is an MLflow dataset input (the UI's "Dataset" column)
+        (inp,) = child.inputs.dataset_inputs
+        assert inp.dataset.name == "digits"
+        assert json.loads(inp.dataset.profile)["train_size"] == 1077
+        assert len(inp.dataset.digest) == 12
+    # without a scheduler the epochs of a short trial reach Tune in one report (its last)
+    # and MLflow still has every epoch (above)
+    tune_trials = ExperimentAnalysis(str(acls_sweep["root"] / "ray" / "e2e-acls")).trials
+    assert len(tune_trials) == N_TRIALS
+    assert {t.last_result["training_iteration"] for t in tune_trials} == {1}
 
 
 def test_parent_artifacts_and_selection(acls_sweep, tmp_path):
@@ -267,3 +278,6 @@ def test_asha_stopped_trials_never_selected(ray_session, tmp_path, sqlite_uri):
         assert complete == (epochs_run == 4)
         assert ("test_ece" in c.data.metrics) == complete
     assert np.isfinite(table[table["selected"]]["val_ece"]).all()
+    # ASHA saw every epoch of every trial: one Tune result per epoch
+    for t in ExperimentAnalysis(str(tmp_path / "ray" / "asha")).trials:
+        assert t.last_result["training_iteration"] == t.last_result["epoch"]
