@@ -555,6 +555,96 @@ def reproduce(data_dir: str, tolerance: float, allow_pickle: bool) -> None:
         sys.exit(1)
 
 
+@main.command("ui")
+@click.option("--port", default=5000, show_default=True, type=click.IntRange(1, 65535),
+              help="Port the MLflow UI listens on (local stores).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Interface the MLflow UI listens on (local stores).")
+@click.option("--sweep", "sweep_name", default=None, metavar="NAME",
+              help="Link this sweep [default: the experiment's latest].")
+@tracking_options
+@friendly_errors
+def ui_command(port: int, host: str, sweep_name: str | None, tracking_uri: str | None,
+               experiment: str) -> None:
+    """Open the sweeps in the MLflow UI: print a link to the latest sweep's parent run.
+
+    For a local store (the SQLite file sweeps write to) starts `mlflow ui` on it, prints the
+    link, and serves until Ctrl-C, which stops the server. For an http(s) tracking URI (an
+    MLflow server, whose UI is at the same address) starts nothing and only prints the link.
+    The link opens MLflow's model-training view of the run: its metrics, params and artifacts
+    (pareto.png, trials.parquet, best_config.yaml); the trials are its child runs.
+    """
+    import signal
+
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from raysearch import ui
+    from raysearch.tracking import SWEEP_TAG, check_tracking_uri, find_sweep, resolve_tracking_uri
+
+    _quiet_mlflow()
+    uri = resolve_tracking_uri(tracking_uri)
+    ui.require_store(uri)  # before any client: MLflow would create an empty SQLite file
+    check_tracking_uri(uri)
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        exp_id = ui.get_experiment_id(client, experiment)
+        parent = (find_sweep(client, sweep_name, experiment) if sweep_name
+                  else ui.latest_sweep(client, experiment))
+    except MlflowException as exc:  # a store MLflow refuses (e.g. a file store): one line
+        raise ValueError(f"{uri}: {exc.message}") from None
+    base = ui.ui_base_url(uri, host, port)
+    if parent is None:
+        lines = [f"experiment {experiment}: {ui.experiment_link(base, exp_id)}",
+                 f"note: experiment '{experiment}' has no sweep yet (raysearch sweep SPACE "
+                 "runs one)"]
+    else:
+        name = parent.data.tags.get(SWEEP_TAG, parent.info.run_name)
+        run_id = parent.info.run_id
+        lines = [f"{'sweep' if sweep_name else 'latest sweep'} {name}: "
+                 f"{ui.run_link(base, parent.info.experiment_id, run_id)}"]
+        if ui.has_artifact(client, run_id, "pareto.png"):
+            lines.append("Pareto plot: " + ui.run_link(base, parent.info.experiment_id, run_id,
+                                                       artifact="pareto.png"))
+    if uri.startswith(("http://", "https://")):
+        click.echo(f"MLflow UI: {base}")
+        for line in lines:
+            click.echo(line)
+        return
+
+    ui.check_port_free(host, port)  # before saying "starting"; start_mlflow_ui checks again
+
+    def _interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    # a plain `kill` or a closed terminal stops the server too, as Ctrl-C does
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    proc = None
+    try:
+        click.echo(f"starting mlflow ui on {uri} ...")
+        try:
+            proc = ui.start_mlflow_ui(uri, host=host, port=port)
+        except RuntimeError as exc:
+            click.echo(f"error: {_one_line(exc)}", err=True)
+            sys.exit(1)
+        click.echo(f"MLflow UI: {base}")
+        for line in lines:
+            click.echo(line)
+        click.echo("Ctrl-C stops the server")
+        code = proc.wait()
+        click.echo(f"error: mlflow ui (pid {proc.pid}) exited with code {code}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        if proc is not None:
+            ui.stop_mlflow_ui(proc)
+        click.echo("MLflow UI stopped")
+    finally:
+        if proc is not None:
+            ui.stop_mlflow_ui(proc)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 # ---------------------------------------------------------------------------------------------
 # formatting helpers
 

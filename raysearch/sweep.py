@@ -31,7 +31,7 @@ from ray import tune
 from ray.tune.schedulers import ASHAScheduler
 from ray.tune.search.optuna import OptunaSearch
 
-from raysearch import tracking
+from raysearch import tracking, ui
 from raysearch.config import RunConfig
 from raysearch.data import available_datasets
 from raysearch.spaces import SearchSpace, load_space
@@ -729,8 +729,18 @@ def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
     done = int(frame["complete"].sum()) if not frame.empty else 0
     say(f"sweep {name} {'stopped' if status == 'KILLED' else 'finished'} in {seconds:.1f}s: "
         f"{done}/{settings.num_samples} trials complete; parent run {parent_id}")
+    say(f"open it in MLflow{_ui_hint(uri)}: "
+        f"{ui.run_link(ui.ui_base_url(uri), experiment_id, parent_id)}")
     return SweepResult(name, parent_id, uri, frame, selected, seconds,
                        interrupted=status == "KILLED")
+
+
+def _ui_hint(uri: str) -> str:
+    """How to serve a local store's UI (the sweep's link points there); empty for a server."""
+    if uri.startswith(("http://", "https://")):
+        return ""
+    store = "" if uri == tracking.default_tracking_uri() else f" --tracking-uri {uri}"
+    return f" (serve it with `raysearch ui{store}`)"
 
 
 def _dataset_record(data: Any, settings: SweepSettings) -> dict[str, Any]:
