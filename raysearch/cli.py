@@ -228,7 +228,7 @@ def _print_result(result: Any) -> None:
                    f"raysearch export {result.name} -o best.yaml")
     else:
         click.echo("\nno trial ran all its epochs: nothing selected")
-    click.echo(f"MLflow: mlflow ui --backend-store-uri {result.tracking_uri}")
+    click.echo(f"open it in MLflow{result.mlflow_hint}: {result.mlflow_link}")
     if result.interrupted:
         click.echo(f"interrupted: `raysearch sweep --resume {result.name}` continues the sweep")
         sys.exit(_EXIT_INTERRUPTED)

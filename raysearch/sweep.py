@@ -261,6 +261,11 @@ class SweepResult:
         seconds: wall time of the sweep.
         interrupted: True when the sweep was stopped (Ctrl-C) before all its trials ended;
             ``raysearch sweep --resume NAME`` continues it.
+        mlflow_link: the parent run in the MLflow UI's model-training view
+            (:func:`raysearch.ui.run_link`); for a local store the UI is that of
+            ``raysearch ui`` on its default port.
+        mlflow_hint: how to serve that UI (``" (serve it with `raysearch ui`)"``), empty for a
+            tracking server.
     """
 
     name: str
@@ -270,6 +275,8 @@ class SweepResult:
     selected: pd.Series | None
     seconds: float
     interrupted: bool = False
+    mlflow_link: str = ""
+    mlflow_hint: str = ""
 
 
 class CompletedOnlyOptunaSearch(OptunaSearch):
@@ -729,10 +736,10 @@ def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
     done = int(frame["complete"].sum()) if not frame.empty else 0
     say(f"sweep {name} {'stopped' if status == 'KILLED' else 'finished'} in {seconds:.1f}s: "
         f"{done}/{settings.num_samples} trials complete; parent run {parent_id}")
-    say(f"open it in MLflow{_ui_hint(uri)}: "
-        f"{ui.run_link(ui.ui_base_url(uri), experiment_id, parent_id)}")
     return SweepResult(name, parent_id, uri, frame, selected, seconds,
-                       interrupted=status == "KILLED")
+                       interrupted=status == "KILLED",
+                       mlflow_link=ui.run_link(ui.ui_base_url(uri), experiment_id, parent_id),
+                       mlflow_hint=_ui_hint(uri))
 
 
 def _ui_hint(uri: str) -> str:

@@ -68,6 +68,26 @@ def test_one_parent_and_a_child_per_trial(acls_sweep):
         assert params["dataset"] == "digits"
         assert params["epochs"] == str(EPOCHS)
         assert 6.0 <= float(params["margin"]) <= 10.0
+    # MLflow 3's UI treats the experiment as model training, not GenAI
+    exp = acls_sweep["client"].get_experiment_by_name("raysearch")
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    # the sweep ends with a link to its parent run in the UI's model-training view
+    link = (f"http://127.0.0.1:5000/#/experiments/{exp.experiment_id}/runs/"
+            f"{parent.info.run_id}?workflowType=machine_learning")
+    last = acls_sweep["output"].rstrip().splitlines()[-1]
+    assert last == (f"open it in MLflow (serve it with `raysearch ui --tracking-uri "
+                    f"{acls_sweep['uri']}`): {link}")
+
+
+def test_an_existing_experiment_gets_the_model_training_kind(sqlite_uri):
+    from raysearch.tracking import ensure_experiment
+
+    client = MlflowClient(sqlite_uri)
+    exp_id = client.create_experiment("older")  # made before raysearch tagged experiments
+    assert "mlflow.experimentKind" not in client.get_experiment(exp_id).tags
+    assert ensure_experiment(client, "older", sqlite_uri) == exp_id
+    assert client.get_experiment(exp_id).tags["mlflow.experimentKind"] == \
+        "custom_model_development"
 
 
 def test_progress_line_per_trial(acls_sweep):
