@@ -269,6 +269,16 @@ def _chromium() -> str | None:
     return None
 
 
+def _terminate(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM a process this test started, SIGKILL it after `timeout` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class _Browser:
     """Headless Chromium driven over the DevTools protocol on a pipe (fds 3 and 4)."""
 
@@ -364,12 +374,7 @@ class _Browser:
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self.proc.terminate()
-                try:
-                    self.proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait()
+                _terminate(self.proc, timeout=10)
         os.close(self._w)
         os.close(self._r)
 
@@ -426,12 +431,7 @@ class _UiProcess:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            _terminate(self.proc, timeout=30)
 
 
 @pytest.fixture(scope="module")
