@@ -184,3 +184,71 @@ def select_robust(summary: pd.DataFrame, *, accuracy: str = "val_accuracy",
     # the tolerance was applied above: every configuration left is a candidate
     span = float(np.nanmax(table[accuracy + MEAN]) - np.nanmin(table[accuracy + MEAN]))
     return select_best(table, accuracy + MEAN, "_ece_ucb", tolerance=span + 1.0)
+
+
+def compare_methods(trials: pd.DataFrame, *, by: str = "method", baseline: str = "ce",
+                    tolerance: float = 0.01, accuracy: str = "val_accuracy",
+                    ece: str = "val_ece", config: str = "config",
+                    report: Sequence[str] = ("test_accuracy", "test_ece")) -> pd.DataFrame:
+    """Per method: its selected configuration, reported as mean ± SEM over that config's seeds.
+
+    For every value of `by` (a method), the selection rule (lowest `ece` within `tolerance` of
+    the best `accuracy`, on validation data) picks one configuration among that method's
+    complete runs, judged on its mean over seeds (:func:`select_on_means`; a single-seed sweep
+    has one run per configuration). Its runs' `report` metrics (test data) are summarised as
+    mean and SEM, and the Cohen's d of its last `report` metric (the test ECE) against the
+    `baseline` method's selected configuration (:func:`cohens_d`; positive: lower than the
+    baseline's) is added: the soft calibration paper's Figures 1 and 5.
+
+    Args:
+        trials: one row per seed run with the columns `by`, `config` (the configuration's
+            identity, e.g. its RunConfig JSON without the seed), `accuracy`, `ece`, the `report`
+            metrics, and ``complete`` (bool) when present (incomplete rows are ignored).
+        by: the grouping column. Defaults to ``"method"``.
+        baseline: the `by` value the effect sizes are computed against. Defaults to ``"ce"``.
+        tolerance: accuracy tolerance of the rule, >= 0. Defaults to ``0.01``.
+        accuracy: validation accuracy column. Defaults to ``"val_accuracy"``.
+        ece: validation calibration-error column of the rule. Defaults to ``"val_ece"``.
+        config: the configuration column. Defaults to ``"config"``.
+        report: test metrics to summarise (the last one gets Cohen's d). Defaults to
+            ``("test_accuracy", "test_ece")``.
+
+    Returns:
+        One row per method (sorted by the mean of the last `report` metric): `by`, `config`,
+        :data:`SEEDS`, ``{m}_mean`` and ``{m}_sem`` of every `report` metric, and ``cohens_d``
+        (NaN for the baseline itself, when the baseline is absent, or with fewer than 3 values
+        between the two).
+
+    Raises:
+        KeyError: if a needed column is missing.
+    """
+    table = trials
+    if "complete" in table:
+        table = table[table["complete"].astype(bool)]
+    metrics = [accuracy, ece, *report]
+    rows = []
+    seeds_of: dict[Any, np.ndarray] = {}
+    for method, runs in table.groupby(by, sort=True):
+        summary = seed_summary(runs, metrics, by=config)
+        try:
+            chosen = summary.iloc[select_on_means(summary, accuracy=accuracy, ece=ece,
+                                                  tolerance=tolerance)]
+        except ValueError:  # no run with both validation metrics
+            continue
+        picked = runs[runs[config] == chosen[config]]
+        seeds_of[method] = pd.to_numeric(picked[report[-1]], errors="coerce").dropna() \
+            .to_numpy(dtype=float)
+        row = {by: method, config: chosen[config], SEEDS: int(chosen[SEEDS])}
+        row.update({m + s: chosen[m + s] for m in report for s in (MEAN, SEM)})
+        rows.append(row)
+    out = pd.DataFrame(rows, columns=[by, config, SEEDS,
+                                      *(m + s for m in report for s in (MEAN, SEM))])
+    base = seeds_of.get(baseline)
+    effects = []
+    for method in out[by]:
+        values = seeds_of[method]
+        ok = base is not None and method != baseline and base.size + values.size >= 3 \
+            and base.size and values.size
+        effects.append(cohens_d(base, values) if ok else math.nan)
+    out["cohens_d"] = effects
+    return out.sort_values(report[-1] + MEAN, kind="stable").reset_index(drop=True)

@@ -7,7 +7,14 @@ import math
 import pandas as pd
 import pytest
 
-from raysearch.repeats import cohens_d, seed_summary, select_on_means, select_robust, sem
+from raysearch.repeats import (
+    cohens_d,
+    compare_methods,
+    seed_summary,
+    select_on_means,
+    select_robust,
+    sem,
+)
 
 
 def test_sem_by_hand():
@@ -87,3 +94,41 @@ def test_robust_needs_two_seeds():
         select_robust(seed_summary(_seeds(), ["val_accuracy", "val_ece"]), z=-1)
     with pytest.raises(KeyError, match="val_nll"):
         seed_summary(_seeds(), ["val_nll"])
+
+
+def _runs() -> pd.DataFrame:
+    # ce: two configs (c1 better on val), 3 seeds each; acls: one config, 3 seeds
+    rows = []
+    for cfg, acc, vece, teces in (("c1", 0.95, 0.05, [0.05, 0.06, 0.07]),
+                                  ("c2", 0.90, 0.02, [0.01, 0.01, 0.01])):
+        for t in teces:
+            rows.append(("ce", cfg, acc, vece, 0.94, t, True))
+    for t in (0.02, 0.03, 0.04):
+        rows.append(("acls", "a1", 0.951, 0.03, 0.945, t, True))
+    rows.append(("acls", "a2", 0.99, 0.0, 0.99, 0.0, False))  # incomplete: ignored
+    return pd.DataFrame(rows, columns=["method", "config", "val_accuracy", "val_ece",
+                                       "test_accuracy", "test_ece", "complete"])
+
+
+def test_compare_methods_by_hand():
+    table = compare_methods(_runs(), tolerance=0.01)
+    rows = table.set_index("method")
+    # ce: c2 is 5 points less accurate (outside the tolerance): c1 is ce's pick
+    assert rows.loc["ce", "config"] == "c1"
+    assert rows.loc["acls", "config"] == "a1"
+    assert rows.loc["ce", "test_ece_mean"] == pytest.approx(0.06)
+    assert rows.loc["ce", "test_ece_sem"] == pytest.approx(0.01 / math.sqrt(3))  # s = 0.01
+    assert rows.loc["acls", "test_ece_mean"] == pytest.approx(0.03)
+    assert list(rows["n_seeds"]) == [3, 3]
+    # d = (0.06 - 0.03) / pooled s (both s = 0.01) = 3
+    assert rows.loc["acls", "cohens_d"] == pytest.approx(3.0)
+    assert math.isnan(rows.loc["ce", "cohens_d"])
+    assert list(table["method"]) == ["acls", "ce"]  # sorted by mean test ECE
+
+
+def test_compare_after_a_single_seed_sweep():
+    one = _runs().groupby("config").head(1)  # one seed per configuration
+    table = compare_methods(one).set_index("method")
+    assert list(table["n_seeds"]) == [1, 1]
+    assert math.isnan(table.loc["acls", "test_ece_sem"])
+    assert math.isnan(table.loc["acls", "cohens_d"])  # 1 + 1 values: no pooled variance
