@@ -337,6 +337,72 @@ def report(name: str, show_all: bool, tolerance: float | None, calibrated: str |
 
 @main.command()
 @click.argument("name")
+@click.option("--by", default="method", show_default=True,
+              help="Column the trials are grouped by.")
+@click.option("--baseline", default="ce", show_default=True,
+              help="Group the effect sizes (Cohen's d of the test ECE) are computed against.")
+@click.option("--tolerance", default=None, type=float,
+              help="Selection tolerance [default: the sweep's].")
+@tracking_options
+@friendly_errors
+def compare(name: str, by: str, baseline: str, tolerance: float | None,
+            tracking_uri: str | None, experiment: str) -> None:
+    """Compare the methods of sweep NAME: each one's selected configuration on test data.
+
+    Per method the selection rule picks a configuration on validation data; its test accuracy
+    and ECE are shown as mean ± SEM over its seeds (one seed: no SEM), with Cohen's d of its
+    test ECE against the baseline's (positive: lower ECE; 0.8 is a large effect). The table
+    (compare.csv) and a bar plot (compare.png) are attached to the sweep's parent run.
+    """
+    import tempfile
+
+    from raysearch import plots
+    from raysearch.repeats import compare_methods
+    from raysearch.tracking import get_client, load_sweep
+
+    _quiet_mlflow()
+    client, _ = get_client(tracking_uri)
+    parent, frame, tol = load_sweep(client, name, experiment, tolerance)
+    if frame.empty or by not in frame:
+        raise ValueError(f"sweep '{name}' has no trials with a '{by}' column to compare")
+    table = compare_methods(frame, by=by, baseline=baseline, tolerance=tol)
+    if table.empty:
+        raise ValueError(f"sweep '{name}' has no complete trial to compare")
+    names = dict(zip(frame["config"], frame["trial"], strict=False))
+    click.echo(f"sweep {name}: per {by}, the configuration the rule selects (lowest val ECE "
+               f"within {tol:g} of the best val accuracy), on test data, mean ± SEM over seeds")
+    header = [by, "selected", "seeds", "test acc", "test ECE", f"Cohen's d vs {baseline}"]
+    lines = [[str(r[by]), str(names.get(r["config"], "?")), str(r["n_seeds"]),
+              _pm(r["test_accuracy_mean"], r["test_accuracy_sem"]),
+              _pm(r["test_ece_mean"], r["test_ece_sem"]),
+              "" if r["cohens_d"] != r["cohens_d"] else f"{r['cohens_d']:.2f}"]
+             for _, r in table.iterrows()]
+    widths = [max(len(h), *(len(row[i]) for row in lines)) for i, h in enumerate(header)]
+    for row in [header, *lines]:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    with tempfile.TemporaryDirectory() as d:
+        table.to_csv(Path(d) / "compare.csv", index=False)
+        plots.compare_plot(list(table[by].astype(str)), table["test_ece_mean"],
+                           table["test_ece_sem"], table["test_accuracy_mean"],
+                           Path(d) / "compare.png", effect=list(table["cohens_d"]),
+                           baseline=baseline)
+        for f in ("compare.csv", "compare.png"):
+            client.log_artifact(parent.info.run_id, str(Path(d) / f))
+    click.echo(f"attached compare.csv and compare.png to the parent run {parent.info.run_id}")
+
+
+def _pm(mean: Any, sem: Any) -> str:
+    """``12.34% ± 0.56`` (percent points), or just the mean when the SEM is unknown."""
+    text = _pct(mean)
+    try:
+        s = float(sem)
+    except (TypeError, ValueError):
+        return text
+    return text if s != s else f"{text} ± {100 * s:.2f}"
+
+
+@main.command()
+@click.argument("name")
 @click.option("-o", "--output", default="best.yaml", show_default=True,
               type=click.Path(dir_okay=False), help="Where to write the config.")
 @click.option("--tolerance", default=None, type=float,

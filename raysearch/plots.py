@@ -143,6 +143,57 @@ def pareto_plot(
     return path
 
 
+def compare_plot(
+    methods: Sequence[str],
+    ece_mean: Sequence[float],
+    ece_sem: Sequence[float],
+    accuracy_mean: Sequence[float],
+    path: str | Path,
+    *,
+    effect: Sequence[float] | None = None,
+    baseline: str = "ce",
+    title: str = "",
+    ece_label: str = "test ECE",
+) -> Path:
+    """Bars of each method's mean ECE with ±1 SEM error bars (the soft calibration paper's Fig. 5).
+
+    Args:
+        methods: method names, one bar each.
+        ece_mean: mean ECE per method (fractions; plotted in percent).
+        ece_sem: SEM of that ECE per method (NaN: no error bar, e.g. a single seed).
+        accuracy_mean: mean accuracy per method (fractions), written under each bar.
+        path: output PNG path.
+        effect: Cohen's d of each method's ECE against `baseline` (NaN: not written).
+        baseline: the method the effect sizes refer to.
+        title: figure title.
+        ece_label: y-axis label.
+
+    Returns:
+        The path written.
+    """
+    x = np.arange(len(methods))
+    err = np.asarray(ece_mean, dtype=float) * 100
+    sem = np.nan_to_num(np.asarray(ece_sem, dtype=float) * 100, nan=0.0)
+    fig, ax = plt.subplots(figsize=(max(3.5, 1.1 * len(methods) + 1.5), 4.0))
+    ax.bar(x, err, yerr=sem, capsize=4, color="tab:blue", edgecolor="black")
+    ax.set_xticks(x, [f"{m}\nacc {100 * a:.2f}%" for m, a in
+                      zip(methods, accuracy_mean, strict=True)], fontsize=8)
+    ax.set_ylabel(f"{ece_label} (%)")
+    if effect is not None:
+        for xi, (e, s, d) in enumerate(zip(err, sem, effect, strict=True)):
+            if d is not None and np.isfinite(d):
+                ax.annotate(f"d={d:.2f}", (xi, e + s), textcoords="offset points", xytext=(0, 3),
+                            ha="center", fontsize=8)
+        title = title or f"Cohen's d against {baseline} (positive: lower ECE)"
+    if title:
+        ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def shift_plot(
     frame: pd.DataFrame,
     path: str | Path,

@@ -301,3 +301,30 @@ def test_asha_stopped_trials_never_selected(ray_session, tmp_path, sqlite_uri):
     # ASHA saw every epoch of every trial: one Tune result per epoch
     for t in ExperimentAnalysis(str(tmp_path / "ray" / "asha")).trials:
         assert t.last_result["training_iteration"] == t.last_result["epoch"]
+
+
+def test_compare_methods_of_a_single_seed_sweep(acls_sweep, tmp_path):
+    result = _cli("compare", "e2e-acls", "--tracking-uri", acls_sweep["uri"])
+    assert result.exit_code == 0, result.output
+    client = acls_sweep["client"]
+    parent, _ = _parent_and_children(acls_sweep["runs"])
+    table = pd.read_csv(client.download_artifacts(parent.info.run_id, "compare.csv",
+                                                  str(tmp_path)))
+    # one method, whose pick is the sweep's selected trial (same rule, same tolerance); one
+    # seed: its test ECE is the trial's, with no SEM and no effect size (no ce in the sweep)
+    local = client.download_artifacts(parent.info.run_id, "trials.parquet", str(tmp_path))
+    trials = pq.read_table(local).to_pandas()
+    best = trials[trials["selected"]].iloc[0]
+    assert list(table["method"]) == ["acls"]
+    assert table["config"][0] == best["config"]
+    assert table["n_seeds"][0] == 1
+    assert table["test_ece_mean"][0] == pytest.approx(best["test_ece"])
+    assert np.isnan(table["test_ece_sem"][0])
+    assert np.isnan(table["cohens_d"][0])
+    assert best["trial"] in result.output
+    arts = [a.path for a in client.list_artifacts(parent.info.run_id)]
+    assert "compare.png" in arts
+    # an unknown sweep is one line, exit 2
+    bad = CliRunner().invoke(main, ["compare", "nope", "--tracking-uri", acls_sweep["uri"]])
+    assert bad.exit_code == 2
+    assert bad.stderr.count("\n") == 1
