@@ -646,7 +646,7 @@ def ui_command(port: int, host: str, sweep_name: str | None, tracking_uri: str |
     from mlflow.tracking import MlflowClient
 
     from raysearch import ui
-    from raysearch.tracking import SWEEP_TAG, check_tracking_uri, find_sweep, resolve_tracking_uri
+    from raysearch.runs import SWEEP_TAG, check_tracking_uri, find_sweep, resolve_tracking_uri
 
     _quiet_mlflow()
     uri = resolve_tracking_uri(tracking_uri)

@@ -13,13 +13,10 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import queue
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +31,29 @@ from ray import tune
 
 from raysearch import plots
 from raysearch.config import RunConfig
+from raysearch.runs import (  # noqa: F401 (re-exported: the public names of this module)
+    COMPLETE_TAG,
+    CONFIG_TAG,
+    DEFAULT_EXPERIMENT,
+    ERROR_TAG,
+    EXPERIMENT_KIND,
+    EXPERIMENT_KIND_TAG,
+    METRIC_PREFIXES,
+    NODE_KEY,
+    NODE_TAG,
+    OUTCOME_TAG,
+    PARENT_TAG,
+    RESUMED_TAG,
+    RETRIES_TAG,
+    SEALED_OUTCOMES,
+    SWEEP_TAG,
+    TRIAL_TAG,
+    check_tracking_uri,
+    default_tracking_uri,
+    find_sweep,
+    list_sweeps,
+    resolve_tracking_uri,
+)
 from raysearch.selection import selection_table
 from raysearch.spaces import SearchSpace
 from raysearch.trainable import (
@@ -48,81 +68,6 @@ from raysearch.trainable import (
 )
 
 logger = logging.getLogger(__name__)
-
-SWEEP_TAG = "raysearch.sweep"
-CONFIG_TAG = "raysearch.config"
-COMPLETE_TAG = "raysearch.complete"
-TRIAL_TAG = "raysearch.trial_id"
-#: Child-run tag: the Ray node id the trial ran on (rank 0 for a DDP trial).
-NODE_TAG = "raysearch.node_id"
-#: Result key of that node id (reported by every trial).
-NODE_KEY = "node_id"
-PARENT_TAG = "mlflow.parentRunId"
-#: Child-run tag: why the run ended (complete, stopped_early, diverged, error, interrupted).
-OUTCOME_TAG = "raysearch.outcome"
-#: Outcomes of trials that Tune will not train again: a resumed sweep leaves their runs as is.
-SEALED_OUTCOMES = ("complete", "stopped_early", "diverged")
-#: Child-run tag: how many times Tune retried the trial (``--max-failures``).
-RETRIES_TAG = "raysearch.retries"
-#: Child-run tag: the checkpoint epoch the trial's last attempt resumed from.
-RESUMED_TAG = "raysearch.resumed_from_epoch"
-ERROR_TAG = "raysearch.error"
-DEFAULT_EXPERIMENT = "raysearch"
-#: Experiment tag that MLflow 3's UI reads for the kind of an experiment, and our value for it
-#: ("model training", not GenAI: the UI then does not ask which kind the experiment is).
-EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
-EXPERIMENT_KIND = "custom_model_development"
-METRIC_PREFIXES = ("train_", "val_", "test_", "shift_")
-
-
-def default_tracking_uri() -> str:
-    """``$MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<cwd>/mlruns.db`` (absolute)."""
-    env = os.environ.get("MLFLOW_TRACKING_URI")
-    if env:
-        return env
-    return f"sqlite:///{Path.cwd().resolve() / 'mlruns.db'}"
-
-
-def resolve_tracking_uri(uri: str | None) -> str:
-    """The tracking URI to use: `uri` if given, else :func:`default_tracking_uri`.
-
-    A relative SQLite path (``sqlite:///mlruns.db``) is made absolute against the current
-    directory, since Ray trials and ``mlflow ui`` may run elsewhere.
-    """
-    uri = uri or default_tracking_uri()
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        rel = uri[len("sqlite:///"):]
-        uri = f"sqlite:///{(Path.cwd() / rel).resolve()}"
-    return uri
-
-
-def check_tracking_uri(uri: str, *, timeout: float = 5.0) -> None:
-    """Fail fast when the tracking store cannot be reached (before any trial starts).
-
-    Raises:
-        ValueError: naming the URI and the reason (server down, folder missing, bad scheme).
-    """
-    if uri.startswith(("http://", "https://")):
-        try:
-            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as resp:
-                if resp.status != 200:
-                    raise ValueError(f"tracking URI {uri} is unreachable: HTTP {resp.status}")
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise ValueError(f"tracking URI {uri} is unreachable: {reason}") from None
-    elif uri.startswith("sqlite:///"):
-        folder = Path(uri[len("sqlite:///"):]).parent
-        if not folder.is_dir():
-            raise ValueError(f"tracking URI {uri} is unreachable: folder {folder} does not exist")
-        if not os.access(folder, os.W_OK):
-            raise ValueError(f"tracking URI {uri} is unreachable: folder {folder} is not writable")
-    elif uri.startswith(("file:", "/")) or "://" not in uri:
-        path = Path(uri[len("file://"):] if uri.startswith("file://") else uri)
-        if not path.parent.is_dir():
-            raise ValueError(f"tracking URI {uri} is unreachable: folder {path.parent} is missing")
-    elif not uri.startswith(("postgresql", "mysql", "mssql", "databricks")):
-        raise ValueError(f"tracking URI {uri} has an unsupported scheme")
-
 
 def get_client(uri: str | None = None) -> tuple[MlflowClient, str]:
     """A client for the resolved tracking URI (checked for reachability) and the URI itself."""
@@ -707,37 +652,6 @@ def _trial_error(trial: Any) -> str:
         errors = [ln for ln in lines if "Error" in ln or "Exception" in ln]
         return (errors[-1] if errors else lines[-1]).strip() if lines else "unknown error"
     return str(getattr(trial, "error_msg", None) or "unknown error")
-
-
-def find_sweep(client: MlflowClient, name: str, experiment: str | None = None) -> Any:
-    """The newest parent run of sweep `name`.
-
-    Raises:
-        ValueError: if no sweep of that name is recorded in the store (lists the known ones).
-    """
-    exps = ([client.get_experiment_by_name(experiment)] if experiment
-            else client.search_experiments())
-    exp_ids = [e.experiment_id for e in exps if e is not None]
-    runs = []
-    if exp_ids:
-        runs = client.search_runs(exp_ids, filter_string=f"tags.`{SWEEP_TAG}` = '{name}' "
-                                  f"and tags.`{PARENT_TAG}` IS NULL",
-                                  order_by=["attributes.start_time DESC"], max_results=1)
-        runs = [r for r in runs if PARENT_TAG not in r.data.tags]
-    if not runs:
-        known = sorted(list_sweeps(client, exp_ids))
-        hint = f"; known sweeps: {', '.join(known)}" if known else "; the store has no sweeps"
-        raise ValueError(f"no sweep named '{name}'{hint}")
-    return runs[0]
-
-
-def list_sweeps(client: MlflowClient, exp_ids: list[str]) -> list[str]:
-    """Names of the sweeps (parent runs) recorded in the given experiments."""
-    if not exp_ids:
-        return []
-    runs = client.search_runs(exp_ids, filter_string=f"tags.`{SWEEP_TAG}` != ''",
-                              max_results=5000)
-    return sorted({r.data.tags[SWEEP_TAG] for r in runs if PARENT_TAG not in r.data.tags})
 
 
 def _coerce(value: str) -> Any:

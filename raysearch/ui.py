@@ -26,15 +26,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from raysearch.runs import PARENT_TAG, SWEEP_TAG
+
 logger = logging.getLogger(__name__)
 
 #: Hash-route query that makes MLflow 3's UI show its model-training view.
 WORKFLOW_QUERY = "workflowType=machine_learning"
 
-# The same tags as raysearch.tracking.SWEEP_TAG / PARENT_TAG (a test pins them): that module
-# imports Ray, which this one must not.
-_SWEEP_TAG = "raysearch.sweep"
-_PARENT_TAG = "mlflow.parentRunId"
 
 #: How long :func:`start_mlflow_ui` waits for the server to answer, in seconds.
 START_TIMEOUT_S = 60.0
@@ -206,10 +204,10 @@ def latest_sweep(client: Any, experiment: str) -> Any | None:
     """
     exp_id = get_experiment_id(client, experiment)
     runs = client.search_runs([exp_id],
-                              filter_string=f"tags.`{_SWEEP_TAG}` != '' "
-                                            f"and tags.`{_PARENT_TAG}` IS NULL",
+                              filter_string=f"tags.`{SWEEP_TAG}` != '' "
+                                            f"and tags.`{PARENT_TAG}` IS NULL",
                               order_by=["attributes.start_time DESC"], max_results=10)
-    return next((r for r in runs if _PARENT_TAG not in r.data.tags), None)
+    return next((r for r in runs if PARENT_TAG not in r.data.tags), None)
 
 
 def has_artifact(client: Any, run_id: str, path: str) -> bool:

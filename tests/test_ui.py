@@ -127,11 +127,15 @@ def test_ui_module_imports_no_ray():
     assert out == "False False"
 
 
-def test_sweep_tags_match_tracking():
-    from raysearch import tracking
+def test_tracking_reexports_the_ray_free_names():
+    from raysearch import runs, tracking
 
-    assert ui._SWEEP_TAG == tracking.SWEEP_TAG
-    assert ui._PARENT_TAG == tracking.PARENT_TAG
+    assert tracking.SWEEP_TAG is runs.SWEEP_TAG
+    assert tracking.find_sweep is runs.find_sweep
+    code = "import sys, raysearch.runs\nprint('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "False"
 
 
 # ---------------------------------------------------------------------------------------------
