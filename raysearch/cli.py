@@ -152,6 +152,9 @@ def tracking_options(func: Callable) -> Callable:
 @click.option("--posthoc", default="ts", show_default=True,
               help="Post-hoc calibrators fitted per trial on validation logits, comma-separated "
                    "(ts, ets, cts, pts, ts_sbece), or 'none'.")
+@click.option("--ece-metric", default="ece", show_default=True, metavar="NAME",
+              help="Calibration error of the objective, the Pareto front and the selection "
+                   "rule: ece, aece, cece, ece_l2em, debiased_ce, sweep_ce, marginal_ece, ks.")
 @click.option("--checkpoint-every", default=None, type=click.IntRange(min=0), metavar="N",
               help="Checkpoint every N epochs (0: the last epoch only) [default: once a "
                    "minute of training].")
@@ -173,8 +176,8 @@ def sweep(ctx: click.Context, space: str | None, resume: str | None, dataset: st
           max_concurrent: int, epochs: int | None, objective: str, sampler: str,
           scheduler: str | None, scheduler_metric: str, tolerance: float, seed: int,
           name: str | None, address: str | None, storage_path: str | None, posthoc: str,
-          checkpoint_every: int | None, max_failures: int | None, fault_drill: int | None,
-          tracking_uri: str | None,
+          ece_metric: str, checkpoint_every: int | None, max_failures: int | None,
+          fault_drill: int | None, tracking_uri: str | None,
           experiment: str) -> None:
     """Run a sweep over SPACE (a bundled space name such as 'acls', or a YAML file).
 
@@ -208,6 +211,7 @@ def sweep(ctx: click.Context, space: str | None, resume: str | None, dataset: st
         experiment=experiment, objective=objective, sampler=sampler, scheduler=scheduler,
         scheduler_metric=scheduler_metric, tolerance=tolerance, address=address,
         storage_path=storage_path, posthoc=_names(posthoc), checkpoint_every=checkpoint_every,
+        ece_metric=ece_metric,
         model=model, gpus_per_trial=gpus_per_trial, cpus_per_trial=cpus_per_trial,
         precision=precision, download=download, val_fraction=val_fraction,
         imbalance_ratio=imbalance_ratio, shift_eval=shift_eval, shift_samples=shift_samples,
@@ -291,37 +295,43 @@ def train(config: str, epochs: int | None, name: str | None, data_dir: str | Non
               help="Judge the front on the ECE after this post-hoc calibrator (e.g. ts).")
 @click.option("--plot", default=None, type=click.Path(dir_okay=False),
               help="Also write the Pareto plot to this PNG file.")
+@click.option("--ece-metric", default=None, metavar="NAME",
+              help="Calibration error of the front and the rule (ece, debiased_ce, ece_l2em, "
+                   "sweep_ce, marginal_ece, ks, ...) [default: the sweep's].")
 @tracking_options
 @friendly_errors
 def report(name: str, show_all: bool, tolerance: float | None, calibrated: str | None,
-           plot: str | None, tracking_uri: str | None, experiment: str) -> None:
+           plot: str | None, ece_metric: str | None, tracking_uri: str | None,
+           experiment: str) -> None:
     """Print the Pareto table (validation and test side by side) and the selected trial.
 
     With --calibrated ts the front and the selection use the validation ECE after temperature
     scaling (fitted on half of each trial's validation set, measured on the other half), and
     the test columns show the test ECE after it.
     """
-    from raysearch.tracking import get_client, load_sweep
+    from raysearch.tracking import find_sweep, get_client, load_sweep
 
     _quiet_mlflow()
 
     suffix = f"_{calibrated}" if calibrated else ""
     client, _ = get_client(tracking_uri)
+    if ece_metric is None:
+        ece_metric = find_sweep(client, name, experiment).data.params.get("ece_metric", "ece")
     parent, frame, tol = load_sweep(client, name, experiment, tolerance,
-                                    ece_key=f"val_ece{suffix}")
+                                    ece_key=f"val_{ece_metric}{suffix}")
     n_complete = int(frame["complete"].sum()) if not frame.empty else 0
     which = f" after {calibrated}" if calibrated else ""
     click.echo(f"sweep {name} (run {parent.info.run_id}, {parent.info.status}): {len(frame)} "
-               f"trials, {n_complete} complete; rule: lowest val ECE{which} within {tol:g} of "
-               "the best val accuracy")
-    click.echo(_pareto_table(frame, show_all=show_all, suffix=suffix))
+               f"trials, {n_complete} complete; rule: lowest val_{ece_metric}{which} within "
+               f"{tol:g} of the best val accuracy")
+    click.echo(_pareto_table(frame, show_all=show_all, suffix=suffix, metric=ece_metric))
     if plot:
         from raysearch import plots
 
         shown = frame[frame["on_front"] | (frame["complete"] & frame["val_accuracy"].notna())]
         sel = [i for i, s in enumerate(shown["selected"]) if s]
-        plots.pareto_plot(shown["val_accuracy"], shown[f"val_ece{suffix}"], shown["on_front"],
-                          plot, selected=sel[0] if sel else None,
+        plots.pareto_plot(shown["val_accuracy"], shown[f"val_{ece_metric}{suffix}"],
+                          shown["on_front"], plot, selected=sel[0] if sel else None,
                           groups=list(shown["method"].astype(str)), title=f"sweep {name}",
                           ece_label=f"validation ECE{which}")
         click.echo(f"wrote {plot}")
@@ -763,18 +773,20 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
-def _pareto_table(frame: Any, show_all: bool = False, suffix: str = "") -> str:
+def _pareto_table(frame: Any, show_all: bool = False, suffix: str = "",
+                  metric: str = "ece") -> str:
     if frame is None or frame.empty:
         return "(no trials)"
     rows = frame if show_all else frame[frame["on_front"]]
     if rows.empty:
         return "(no complete trial on the Pareto front)"
-    cols = ["val_accuracy", f"val_ece{suffix}", "test_accuracy", f"test_ece{suffix}"]
+    cols = ["val_accuracy", f"val_{metric}{suffix}", "test_accuracy", f"test_{metric}{suffix}"]
     if "val_accuracy" in rows and cols[1] in rows:
         rows = rows.sort_values(["val_accuracy", cols[1]], ascending=[False, True])
     tag = f" ({suffix[1:]})" if suffix else ""
-    header = ["trial", "method", "hyperparameters", "val acc", f"val ECE{tag}", "test acc",
-              f"test ECE{tag}", ""]
+    label = "ECE" if metric == "ece" else metric
+    header = ["trial", "method", "hyperparameters", "val acc", f"val {label}{tag}", "test acc",
+              f"test {label}{tag}", ""]
     lines = []
     for _, row in rows.iterrows():
         mark = "selected" if row.get("selected") else ("front" if row.get("on_front") else "")

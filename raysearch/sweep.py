@@ -34,6 +34,7 @@ from ray.tune.search.optuna import OptunaSearch
 from raysearch import tracking, ui
 from raysearch.config import RunConfig
 from raysearch.data import available_datasets
+from raysearch.metrics import ESTIMATOR_KEYS
 from raysearch.spaces import SearchSpace, load_space
 from raysearch.storage import check_storage, resolve_storage
 from raysearch.trainable import COMPLETED, DIVERGED, run_trial, trial_env, trial_resources
@@ -48,6 +49,9 @@ OBJECTIVES: dict[str, tuple[Any, Any]] = {
     "nll": ("val_nll", "min"),
 }
 SAMPLERS = ("tpe", "nsga2", "random")
+#: --ece-metric: the calibration error of the selection rule, the Pareto front and the
+#: searcher's ECE objective (logged by every trial as ``val_<name>`` / ``test_<name>``).
+ECE_METRICS = ("ece", "aece", "cece", *ESTIMATOR_KEYS)
 #: Checkpoints Tune keeps per trial. Two, not one: Tune deletes a trial's older checkpoint when
 #: it registers a newer one, while its experiment snapshot (what ``--resume`` reads) is written
 #: a moment later; with one kept, a driver killed in between leaves a snapshot pointing at a
@@ -72,6 +76,9 @@ class SweepSettings:
             ``sqlite:///<cwd>/mlruns.db``).
         experiment: MLflow experiment name.
         objective: ``pareto`` (default), ``ece``, ``accuracy`` or ``nll``.
+        ece_metric: the calibration error the objective, the Pareto front and the selection
+            rule use, one of :data:`ECE_METRICS` (default ``ece``: equal-width l1 ECE; e.g.
+            ``debiased_ce`` or ``ece_l2em``, see :func:`raysearch.metrics.estimator_summary`).
         sampler: ``tpe`` (default), ``nsga2`` or ``random``.
         scheduler: None or ``asha`` (early stopping on its own single metric,
             `scheduler_metric`).
@@ -120,6 +127,7 @@ class SweepSettings:
     tracking_uri: str | None = None
     experiment: str = tracking.DEFAULT_EXPERIMENT
     objective: str = "pareto"
+    ece_metric: str = "ece"
     sampler: str = "tpe"
     scheduler: str | None = None
     scheduler_metric: str = "val_nll"
@@ -156,6 +164,9 @@ class SweepSettings:
         if self.objective not in OBJECTIVES:
             raise ValueError(f"unknown objective '{self.objective}'; "
                              f"choose from {', '.join(OBJECTIVES)}")
+        if self.ece_metric not in ECE_METRICS:
+            raise ValueError(f"unknown ECE metric '{self.ece_metric}'; "
+                             f"choose from {', '.join(ECE_METRICS)}")
         if self.sampler not in SAMPLERS:
             raise ValueError(f"unknown sampler '{self.sampler}'; choose from {', '.join(SAMPLERS)}")
         if self.scheduler not in (None, *SCHEDULERS):
@@ -209,6 +220,19 @@ class SweepSettings:
         if self.posthoc and unknown:
             raise ValueError(f"Unknown calibrator '{unknown[0]}' in `posthoc`; available: "
                              f"{', '.join(available_calibrators())}")
+
+    def objective_metrics(self) -> tuple[Any, Any]:
+        """The searcher's metric(s) and mode(s): :data:`OBJECTIVES` with the chosen ECE."""
+        metric, mode = OBJECTIVES[self.objective]
+        swap = {"val_ece": self.ece_key}
+        if isinstance(metric, list):
+            return [swap.get(m, m) for m in metric], mode
+        return swap.get(metric, metric), mode
+
+    @property
+    def ece_key(self) -> str:
+        """The validation metric of the selection rule, ``val_<ece_metric>``."""
+        return f"val_{self.ece_metric}"
 
     def resolved_max_failures(self) -> int:
         """`max_failures`, or its default: 2 on a cluster (`address` or a Ray Job), else 0."""
@@ -562,7 +586,8 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
         "seed": settings.seed, "objective": settings.objective, "sampler": settings.sampler,
         "scheduler": settings.scheduler or "none", "tolerance": settings.tolerance,
         "posthoc": ",".join(settings.posthoc) or "none",
-        "selection_rule": f"lowest val_ece within {settings.tolerance} of the best val_accuracy",
+        "selection_rule": f"lowest {settings.ece_key} within {settings.tolerance} of the best "
+                          "val_accuracy", "ece_metric": settings.ece_metric,
         "model": settings.model or "space", "gpus_per_trial": settings.gpus_per_trial,
         "cpus_per_trial": settings.cpus_per_trial, "precision": settings.precision,
         "workers_per_trial": settings.workers_per_trial, "max_failures": max_failures,
@@ -665,7 +690,7 @@ def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
              experiment_id: str, parent_id: str, name: str, storage: str, data: Any,
              say: Callable[[str], None], restore: str | None = None) -> SweepResult:
     """Run (or, with `restore`, continue) the Tuner of a sweep; select and log at the end."""
-    metric, mode = OBJECTIVES[settings.objective]
+    metric, mode = settings.objective_metrics()
     overrides = settings.overrides()
     max_failures = settings.resolved_max_failures()
     start = time.monotonic()
@@ -728,6 +753,7 @@ def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
         if callback is not None:
             callback.close()  # flush the queued MLflow writes before selecting
         frame = tracking.finalize_sweep(client, parent_id, tolerance=settings.tolerance,
+                                        ece_key=settings.ece_key,
                                         status=status)
     selected = None
     if not frame.empty and frame["selected"].any():

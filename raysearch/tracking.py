@@ -799,7 +799,8 @@ def finalize_sweep(client: MlflowClient, parent_run_id: str, *, tolerance: float
             plots.pareto_plot(shown[accuracy_key], shown[ece_key], shown["on_front"],
                               Path(d) / "pareto.png", selected=sel[0] if sel else None,
                               groups=list(shown["method"].astype(str)),
-                              title=f"sweep {parent.data.tags.get(SWEEP_TAG, '')}")
+                              title=f"sweep {parent.data.tags.get(SWEEP_TAG, '')}",
+                              ece_label=f"validation {ece_key[len('val_'):]}")
             client.log_artifact(parent_run_id, str(Path(d) / "pareto.png"))
         if frame["selected"].any():
             best = frame[frame["selected"]].iloc[0]

@@ -151,7 +151,9 @@ class TrainResult:
 
     Attributes:
         metrics: the last epoch's ``train_loss``, ``train_accuracy`` and ``val_*`` metrics plus
-            ``test_{accuracy,ece,aece,cece,mce,nll,brier}``.
+            ``test_{accuracy,ece,aece,cece,mce,nll,brier}``, and for the final model
+            ``{val,test}_{ece_l2em,debiased_ce,sweep_ce,marginal_ece,ks}``
+            (:func:`raysearch.metrics.estimator_summary`).
         epochs_completed: number of the last trained epoch (``cfg.epochs`` unless resumed past it).
         model: the trained model (on the training device, in eval mode).
         val_logits: float32 (N_val, K) logits of the final model on the validation split.
@@ -370,6 +372,9 @@ def fit(
         net, _Source(data.test, device, num_workers=num_workers), amp, ddp=ddp)
     after = f"after epoch {epochs_completed}"
     metrics.update(_summary(test_logits, test_y, "test", cfg.ece_bins, after))
+    # the estimators of raysearch.metrics.estimator_summary, once, on the final model
+    metrics.update(_estimators(val_logits, val_y, "val", cfg.ece_bins))
+    metrics.update(_estimators(test_logits, test_y, "test", cfg.ece_bins))
     net.eval()
     return TrainResult(
         metrics=metrics,
@@ -1020,6 +1025,15 @@ def _predict_source(
 
 def _numpy_logits(logits: Tensor) -> np.ndarray:
     return logits.detach().cpu().numpy().astype(np.float32, copy=False)
+
+
+def _estimators(logits: Tensor, labels: Tensor, split: str, n_bins: int) -> dict[str, float]:
+    """``{split}_{key}`` of :func:`raysearch.metrics.estimator_summary` (final model only)."""
+    from raysearch.metrics import estimator_summary, softmax
+
+    summary = estimator_summary(softmax(_numpy_logits(logits)), labels.cpu().numpy(),
+                                n_bins=n_bins)
+    return {f"{split}_{key}": float(value) for key, value in summary.items()}
 
 
 def _summary(

@@ -328,3 +328,41 @@ def test_compare_methods_of_a_single_seed_sweep(acls_sweep, tmp_path):
     bad = CliRunner().invoke(main, ["compare", "nope", "--tracking-uri", acls_sweep["uri"]])
     assert bad.exit_code == 2
     assert bad.stderr.count("\n") == 1
+
+
+def test_estimators_are_logged_and_report_selects_on_one(acls_sweep):
+    _, children = _parent_and_children(acls_sweep["runs"])
+    finished = [c for c in children if c.data.tags.get("raysearch.complete") == "true"]
+    for child in finished:
+        for split in ("val", "test"):
+            for key in ("ece_l2em", "debiased_ce", "sweep_ce", "marginal_ece", "ks"):
+                assert 0.0 <= child.data.metrics[f"{split}_{key}"] <= 1.0, (split, key)
+    # report --ece-metric debiased_ce: the rule on val_debiased_ce
+    result = _cli("report", "e2e-acls", "--tracking-uri", acls_sweep["uri"], "--all",
+                  "--ece-metric", "debiased_ce")
+    assert result.exit_code == 0, result.output
+    assert "rule: lowest val_debiased_ce within 0.01" in result.output
+    rows = [{"name": c.info.run_name, **c.data.metrics} for c in finished]
+    pick = rows[select_best(rows, ece="val_debiased_ce")]["name"]
+    selected = [ln for ln in result.output.splitlines() if ln.startswith("selected:")]
+    assert selected
+    assert pick in selected[0]
+
+
+def test_sweep_with_another_ece_metric(ray_session, tmp_path, sqlite_uri):
+    result = _cli("sweep", "ce", "--num-samples", "2", "--epochs", "2", "--ece-metric", "ks",
+                  "--tracking-uri", sqlite_uri, "--name", "ks-rule",
+                  "--storage-path", str(tmp_path / "ray"))
+    assert result.exit_code == 0, result.output
+    client = MlflowClient(sqlite_uri)
+    runs = client.search_runs([client.get_experiment_by_name("raysearch").experiment_id])
+    parent, children = _parent_and_children(runs)
+    assert parent.data.params["ece_metric"] == "ks"
+    assert parent.data.params["selection_rule"].startswith("lowest val_ks within")
+    rows = [{"id": c.info.run_id, **c.data.metrics} for c in children]
+    assert parent.data.tags["raysearch.selected_run"] == \
+        rows[select_best(rows, ece="val_ks")]["id"]
+    bad = CliRunner().invoke(main, ["sweep", "ce", "--ece-metric", "nope",
+                                    "--tracking-uri", sqlite_uri])
+    assert bad.exit_code == 2
+    assert "unknown ECE metric 'nope'" in bad.stderr
