@@ -39,7 +39,10 @@ class RunConfig:
         lr: SGD learning rate (> 0).
         momentum: SGD momentum in [0, 1).
         weight_decay: L2 weight decay (>= 0).
-        seed: seed of the data split, the initialisation and the batch order.
+        seed: seed of the initialisation and the batch order, and of the data split unless
+            `data_seed` is set.
+        data_seed: seed of the data split (train/validation/test) when it must stay fixed while
+            `seed` varies (the seeds of a repeated sweep, ``--repeats``); None: `seed`.
         val_fraction: share held out for validation, in (0, 1); None means the dataset's
             default (digits: 0.2 of all samples; datasets with an official test split: 0.1 of
             the training split, stratified).
@@ -79,6 +82,7 @@ class RunConfig:
     momentum: float = 0.9
     weight_decay: float = 5e-4
     seed: int = 0
+    data_seed: int | None = None
     val_fraction: float | None = None
     test_fraction: float | None = None
     ece_bins: int = 15
@@ -137,6 +141,9 @@ class RunConfig:
         self.interleave_fraction = float(self.interleave_fraction)
         if self.seed < 0:
             raise ValueError(f"`seed` must be >= 0, got {self.seed}")
+        if self.data_seed is not None and (isinstance(self.data_seed, bool) or not isinstance(
+                self.data_seed, int) or self.data_seed < 0):
+            raise ValueError(f"`data_seed` must be an integer >= 0 or null, got {self.data_seed!r}")
         if self.ece_bins < 1:
             raise ValueError(f"`ece_bins` must be >= 1, got {self.ece_bins}")
         if self.lr <= 0:
@@ -178,6 +185,11 @@ class RunConfig:
         self.milestones = _milestones_text(self.milestones)
         if self.schedule == "multistep" and not self.milestones:
             raise ValueError("`schedule: multistep` needs `milestones`, e.g. \"150,250\"")
+
+    @property
+    def split_seed(self) -> int:
+        """Seed of the data split: `data_seed`, or `seed` when it is None."""
+        return self.seed if self.data_seed is None else self.data_seed
 
     def milestone_epochs(self) -> list[int]:
         """The ``multistep`` decay epochs as ints (empty when none)."""

@@ -80,6 +80,10 @@ _SPEC_KEYS = ("type", "low", "high", "log", "step", "choices")
 _SINGLE_KEYS = ("method", "description", "params", "train")
 _CONDITIONAL_KEYS = ("methods", "description", "train")
 _RANGE_KINDS = ("float", "int")
+#: Trial-config keys of a repeated sweep (``--repeats``): the configuration a trial is a seed
+#: of, and which seed (0-based; the trial trains with ``seed + index`` on the split of ``seed``).
+CONFIG_ID_KEY = "_config_id"
+SEED_INDEX_KEY = "_seed_index"
 #: Values of a file's top-level ``kind`` (absent means ``train``).
 SPACE_KINDS = ("train", "posthoc")
 
@@ -605,6 +609,11 @@ class SearchSpace:
             **overrides: RunConfig fields that replace everything else (``epochs=3`` from
                 ``--epochs``); a value of None is ignored.
 
+        A repeated sweep's trial config also holds :data:`CONFIG_ID_KEY` (ignored here) and
+        :data:`SEED_INDEX_KEY` k: for k > 0 the run trains with ``seed + k`` and keeps the data
+        split of ``seed`` (``data_seed``), so the seeds of a configuration differ only in their
+        initialisation and batch order.
+
         Returns:
             The validated run config; ``loss_params`` uses plain names (``margin``).
 
@@ -613,9 +622,19 @@ class SearchSpace:
                 missing.
             ValueError: if RunConfig rejects a key or a value.
         """
+        flat = dict(flat)
+        flat.pop(CONFIG_ID_KEY, None)
+        index = flat.pop(SEED_INDEX_KEY, 0)
         method, loss_params, train, rest = self._split(flat)
         data = {"method": method, "loss_params": loss_params, **train, **rest}
         data.update({k: v for k, v in overrides.items() if v is not None})
+        if index:  # seed k of a repeated configuration: same data split, seed + k
+            if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+                raise SpaceError(f"{self.name}: `{SEED_INDEX_KEY}` must be an int >= 0, "
+                                 f"got {index!r}")
+            base = int(data.get("seed", 0))
+            data.setdefault("data_seed", base)
+            data["seed"] = base + index
         return RunConfig.from_dict(data)
 
     def train_values(self, key: str) -> tuple[Any, ...]:

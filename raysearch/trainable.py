@@ -321,7 +321,7 @@ def _train_and_report(cfg: RunConfig, resume_bytes: bytes | None, options: dict[
             raise InjectedFault(f"fault drill: first attempt stopped after epoch {epoch}")
 
     try:
-        data = load_dataset(cfg.dataset, seed=cfg.seed, val_fraction=cfg.val_fraction,
+        data = load_dataset(cfg.dataset, seed=cfg.split_seed, val_fraction=cfg.val_fraction,
                             test_fraction=cfg.test_fraction, data_dir=cfg.data_dir,
                             imbalance_ratio=cfg.imbalance_ratio)
         result = fit(cfg, on_epoch=on_epoch, resume=resume, device=device,

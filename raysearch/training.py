@@ -203,7 +203,7 @@ def fit(
         device (str | torch.device, optional): where to train (``"cpu"``, ``"cuda"``,
             ``"cuda:1"``). Defaults to ``"cpu"``.
         data (DatasetSplits, optional): preloaded splits; when ``None`` they are loaded with
-            ``load_dataset(cfg.dataset, seed=cfg.seed, ...)``. Defaults to ``None``.
+            ``load_dataset(cfg.dataset, seed=cfg.split_seed, ...)``. Defaults to ``None``.
         loss (nn.Module, optional): the objective to train with instead of
             ``build_loss(cfg.method, **cfg.loss_params)`` (e.g. a custom loss object in a
             notebook). Defaults to ``None``.
@@ -255,7 +255,7 @@ def fit(
     if data is None:
         data = load_dataset(
             cfg.dataset,
-            seed=cfg.seed,
+            seed=cfg.split_seed,
             val_fraction=cfg.val_fraction,
             test_fraction=cfg.test_fraction,
             data_dir=cfg.data_dir,
