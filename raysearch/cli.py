@@ -127,7 +127,15 @@ def tracking_options(func: Callable) -> Callable:
 @click.option("--shift-samples", default=1000, show_default=True, type=int,
               help="Test images (stratified subsample) corrupted for --shift-eval.")
 @click.option("--num-samples", "-n", default=8, show_default=True, type=int,
-              help="Number of trials.")
+              help="Number of sampled configurations (trials, with --repeats 1).")
+@click.option("--repeats", default=1, show_default=True, type=int, metavar="R",
+              help="Seeds per configuration: each sampled configuration trains R times "
+                   "(seed, seed+1, ...; same data split); the sampler, the front and the rule "
+                   "use the means, MLflow and the tables show mean ± SEM.")
+@click.option("--selection", default="mean", show_default=True,
+              type=click.Choice(["mean", "robust"]),
+              help="Rule on a repeated sweep's configurations: mean = lowest mean ECE within "
+                   "the tolerance of the best mean accuracy; robust = lowest mean + 1 SEM of ECE.")
 @click.option("--max-concurrent", default=2, show_default=True, type=int,
               help="Trials running at once.")
 @click.option("--epochs", default=None, type=int, help="Epochs per trial [default: the space's].")
@@ -172,7 +180,7 @@ def sweep(ctx: click.Context, space: str | None, resume: str | None, dataset: st
           val_fraction: float | None, imbalance_ratio: float | None, gpus_per_trial: float,
           cpus_per_trial: float, precision: str, workers_per_trial: int,
           gpus_per_worker: float, cpus_per_worker: float, shift_eval: bool, shift_samples: int,
-          num_samples: int,
+          num_samples: int, repeats: int, selection: str,
           max_concurrent: int, epochs: int | None, objective: str, sampler: str,
           scheduler: str | None, scheduler_metric: str, tolerance: float, seed: int,
           name: str | None, address: str | None, storage_path: str | None, posthoc: str,
@@ -206,7 +214,8 @@ def sweep(ctx: click.Context, space: str | None, resume: str | None, dataset: st
                          "spaces list` shows them) or --resume NAME")
 
     settings = SweepSettings(
-        num_samples=num_samples, max_concurrent=max_concurrent, epochs=epochs, dataset=dataset,
+        num_samples=num_samples, repeats=repeats, selection=selection,
+        max_concurrent=max_concurrent, epochs=epochs, dataset=dataset,
         data_dir=data_dir, seed=seed, name=name, tracking_uri=tracking_uri,
         experiment=experiment, objective=objective, sampler=sampler, scheduler=scheduler,
         scheduler_metric=scheduler_metric, tolerance=tolerance, address=address,
@@ -298,11 +307,13 @@ def train(config: str, epochs: int | None, name: str | None, data_dir: str | Non
 @click.option("--ece-metric", default=None, metavar="NAME",
               help="Calibration error of the front and the rule (ece, debiased_ce, ece_l2em, "
                    "sweep_ce, marginal_ece, ks, ...) [default: the sweep's].")
+@click.option("--selection", default=None, type=click.Choice(["mean", "robust"]),
+              help="Rule on a repeated sweep's configurations [default: the sweep's].")
 @tracking_options
 @friendly_errors
 def report(name: str, show_all: bool, tolerance: float | None, calibrated: str | None,
-           plot: str | None, ece_metric: str | None, tracking_uri: str | None,
-           experiment: str) -> None:
+           plot: str | None, ece_metric: str | None, selection: str | None,
+           tracking_uri: str | None, experiment: str) -> None:
     """Print the Pareto table (validation and test side by side) and the selected trial.
 
     With --calibrated ts the front and the selection use the validation ECE after temperature
@@ -318,22 +329,34 @@ def report(name: str, show_all: bool, tolerance: float | None, calibrated: str |
     if ece_metric is None:
         ece_metric = find_sweep(client, name, experiment).data.params.get("ece_metric", "ece")
     parent, frame, tol = load_sweep(client, name, experiment, tolerance,
-                                    ece_key=f"val_{ece_metric}{suffix}")
+                                    ece_key=f"val_{ece_metric}{suffix}", selection=selection)
     n_complete = int(frame["complete"].sum()) if not frame.empty else 0
     which = f" after {calibrated}" if calibrated else ""
-    click.echo(f"sweep {name} (run {parent.info.run_id}, {parent.info.status}): {len(frame)} "
-               f"trials, {n_complete} complete; rule: lowest val_{ece_metric}{which} within "
-               f"{tol:g} of the best val accuracy")
+    repeats = int(parent.data.params.get("repeats", 1))
+    if repeats > 1:
+        rule = selection or parent.data.params.get("selection", "mean")
+        bound = "mean + 1 SEM of" if rule == "robust" else "mean"
+        click.echo(f"sweep {name} (run {parent.info.run_id}, {parent.info.status}): "
+                   f"{len(frame)} configurations x {repeats} seeds, {n_complete} complete; "
+                   f"rule ({rule}): lowest {bound} val_{ece_metric}{which} within {tol:g} of "
+                   "the best mean val accuracy")
+    else:
+        click.echo(f"sweep {name} (run {parent.info.run_id}, {parent.info.status}): "
+                   f"{len(frame)} trials, {n_complete} complete; rule: lowest "
+                   f"val_{ece_metric}{which} within {tol:g} of the best val accuracy")
     click.echo(_pareto_table(frame, show_all=show_all, suffix=suffix, metric=ece_metric))
     if plot:
         from raysearch import plots
 
         shown = frame[frame["on_front"] | (frame["complete"] & frame["val_accuracy"].notna())]
         sel = [i for i, s in enumerate(shown["selected"]) if s]
-        plots.pareto_plot(shown["val_accuracy"], shown[f"val_{ece_metric}{suffix}"],
+        ece_col = f"val_{ece_metric}{suffix}"
+        bars = ({"accuracy_sem": shown["val_accuracy_sem"], "ece_sem": shown[ece_col + "_sem"]}
+                if "val_accuracy_sem" in shown and ece_col + "_sem" in shown else {})
+        plots.pareto_plot(shown["val_accuracy"], shown[ece_col],
                           shown["on_front"], plot, selected=sel[0] if sel else None,
                           groups=list(shown["method"].astype(str)), title=f"sweep {name}",
-                          ece_label=f"validation ECE{which}")
+                          ece_label=f"validation ECE{which}", **bars)
         click.echo(f"wrote {plot}")
     sel = frame[frame["selected"]] if not frame.empty else frame
     if len(sel):
@@ -368,11 +391,13 @@ def compare(name: str, by: str, baseline: str, tolerance: float | None,
 
     from raysearch import plots
     from raysearch.repeats import compare_methods
-    from raysearch.tracking import get_client, load_sweep
+    from raysearch.tracking import get_client, load_sweep, seed_trials
 
     _quiet_mlflow()
     client, _ = get_client(tracking_uri)
     parent, frame, tol = load_sweep(client, name, experiment, tolerance)
+    if not frame.empty and "n_seeds" in frame:  # a repeated sweep: the seed runs
+        frame = seed_trials(client, parent)
     if frame.empty or by not in frame:
         raise ValueError(f"sweep '{name}' has no trials with a '{by}' column to compare")
     table = compare_methods(frame, by=by, baseline=baseline, tolerance=tol)
@@ -793,12 +818,14 @@ def _pareto_table(frame: Any, show_all: bool = False, suffix: str = "",
         if not row.get("complete"):
             mark = row.get("status", "").lower() if row.get("status") != "FINISHED" else "partial"
         lines.append([str(row["trial"]), str(row.get("method", "")), _hp_text(row),
-                      *(_pct(row.get(c)) for c in cols), mark])
+                      *(_pm(row.get(c), row.get(c + "_sem")) for c in cols), mark])
     widths = [max(len(h), *(len(r[i]) for r in lines)) for i, h in enumerate(header)]
     out = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
     out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
             for r in lines]
     title = "all trials" if show_all else "Pareto front (validation accuracy vs. validation ECE)"
+    if "n_seeds" in frame:
+        title += ", mean ± SEM over seeds (percent points)"
     return title + "\n" + "\n".join(out)
 
 
@@ -811,9 +838,15 @@ def _pct(value: Any) -> str:
 
 
 def _describe(row: Any) -> str:
+    def show(key: str) -> str:
+        return _pm(row.get(key), row.get(key + "_sem"))
+
+    seeds = ""
+    if row.get("n_seeds") == row.get("n_seeds") and row.get("n_seeds") is not None:
+        seeds = f" | mean ± SEM over {int(row['n_seeds'])} seeds"
     return (f"{row['trial']} {row.get('method', '')} {_hp_text(row)} | val acc "
-            f"{_pct(row.get('val_accuracy'))} ECE {_pct(row.get('val_ece'))} | test acc "
-            f"{_pct(row.get('test_accuracy'))} ECE {_pct(row.get('test_ece'))}")
+            f"{show('val_accuracy')} ECE {show('val_ece')} | test acc "
+            f"{show('test_accuracy')} ECE {show('test_ece')}{seeds}")
 
 
 def _metrics_line(metrics: dict[str, float]) -> str:

@@ -91,6 +91,8 @@ def pareto_plot(
     title: str = "",
     ece_label: str = "validation ECE",
     accuracy_label: str = "validation accuracy",
+    accuracy_sem: Sequence[float] | None = None,
+    ece_sem: Sequence[float] | None = None,
 ) -> Path:
     """Scatter every trial in the (ECE, accuracy) plane, highlight the Pareto front, mark the pick.
 
@@ -105,6 +107,9 @@ def pareto_plot(
         title: figure title.
         ece_label: x-axis label.
         accuracy_label: y-axis label.
+        accuracy_sem: standard error of each point's accuracy over its seeds (fractions; a
+            repeated sweep's configurations): drawn as ±1 SEM vertical error bars; NaN: none.
+        ece_sem: the same for ECE, as horizontal error bars.
 
     Returns:
         The path written.
@@ -113,6 +118,15 @@ def pareto_plot(
     err = np.asarray(ece, dtype=float) * 100
     front = np.asarray(on_front, dtype=bool)
     fig, ax = plt.subplots(figsize=(6, 4.5))
+    if accuracy_sem is not None or ece_sem is not None:
+        def bars(values: Sequence[float] | None) -> np.ndarray:
+            if values is None:
+                return np.zeros(len(acc))
+            out = np.asarray(values, dtype=float) * 100
+            return np.where(np.isfinite(out), out, 0.0)
+
+        ax.errorbar(err, acc, xerr=bars(ece_sem), yerr=bars(accuracy_sem), fmt="none",
+                    ecolor="0.55", elinewidth=0.9, capsize=2.5, zorder=2, label="±1 SEM")
     group_names = list(dict.fromkeys(groups)) if groups is not None else [None]
     cmap = plt.get_cmap("tab10")
     for g_i, g in enumerate(group_names):
@@ -138,7 +152,11 @@ def pareto_plot(
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=110)
+    bars = accuracy_sem is not None or ece_sem is not None
+    # the PNG says what it shows (read by `PIL.Image.open(path).text["Description"]`)
+    fig.savefig(path, dpi=110, metadata={"Description": (
+        "Pareto front of validation accuracy vs. ECE" + (
+            "; points are means over seeds with ±1 SEM error bars" if bars else ""))})
     plt.close(fig)
     return path
 

@@ -34,6 +34,13 @@ RETRIES_TAG = "raysearch.retries"
 #: Child-run tag: the checkpoint epoch the trial's last attempt resumed from.
 RESUMED_TAG = "raysearch.resumed_from_epoch"
 ERROR_TAG = "raysearch.error"
+#: Tag of a repeated sweep's configuration run (``--repeats``) and of its seed runs: the
+#: configuration id (its seeds' runs are nested under the configuration run).
+CONFIGURATION_TAG = "raysearch.configuration"
+#: Configuration-run tag: seeds per configuration (``--repeats``).
+REPEATS_TAG = "raysearch.repeats"
+#: Configuration-run tag: ``<complete seeds>/<seeds>`` its mean and SEM were computed over.
+SEEDS_TAG = "raysearch.seeds"
 DEFAULT_EXPERIMENT = "raysearch"
 #: Experiment tag that MLflow 3's UI reads for the kind of an experiment, and our value for it
 #: ("model training", not GenAI: the UI then does not ask which kind the experiment is).

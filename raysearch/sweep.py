@@ -35,6 +35,7 @@ from raysearch import tracking, ui
 from raysearch.config import RunConfig
 from raysearch.data import available_datasets
 from raysearch.metrics import ESTIMATOR_KEYS
+from raysearch.searchers import RepeatedSearcher
 from raysearch.spaces import SearchSpace, load_space
 from raysearch.storage import check_storage, resolve_storage
 from raysearch.trainable import COMPLETED, DIVERGED, run_trial, trial_env, trial_resources
@@ -65,7 +66,17 @@ class SweepSettings:
     """Everything a sweep needs besides its search space.
 
     Attributes:
-        num_samples: number of trials (>= 1).
+        num_samples: number of sampled configurations (>= 1): trials, or with `repeats` R,
+            configurations of R trials each.
+        repeats: seeds per configuration (>= 1). With R > 1 every sampled configuration is
+            trained R times, with seeds ``seed + k`` (k = 0..R-1) on the split of ``seed``
+            (:class:`~raysearch.searchers.RepeatedSearcher`); the searcher is told the mean over
+            the seeds, MLflow gets a configuration run (mean and SEM of every metric) with the
+            seed runs nested under it, and the front and the rule use the means.
+        selection: the rule applied to the configurations of a repeated sweep: ``mean``
+            (default: lowest mean ECE within the tolerance of the best mean accuracy) or
+            ``robust`` (lowest mean + 1 SEM of ECE; needs `repeats` >= 2). See
+            :mod:`raysearch.repeats`.
         max_concurrent: trials running at once (>= 1).
         epochs: overrides the space's ``epochs`` when set.
         dataset: dataset name (default ``digits``).
@@ -118,6 +129,8 @@ class SweepSettings:
     """
 
     num_samples: int = 8
+    repeats: int = 1
+    selection: str = "mean"
     max_concurrent: int = 2
     epochs: int | None = None
     dataset: str = "digits"
@@ -157,6 +170,15 @@ class SweepSettings:
         """Raises ValueError naming the first invalid setting."""
         if self.num_samples < 1:
             raise ValueError(f"`num_samples` must be >= 1, got {self.num_samples}")
+        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) \
+                or self.repeats < 1:
+            raise ValueError(f"`repeats` must be an int >= 1, got {self.repeats!r}")
+        if self.selection not in tracking.SELECTIONS:
+            raise ValueError(f"unknown selection '{self.selection}'; choose from "
+                             f"{', '.join(tracking.SELECTIONS)}")
+        if self.selection == "robust" and self.repeats < 2:
+            raise ValueError("--selection robust needs the standard error over seeds: use it "
+                             "with --repeats 2 or more")
         if self.max_concurrent < 1:
             raise ValueError(f"`max_concurrent` must be >= 1, got {self.max_concurrent}")
         if self.epochs is not None and self.epochs < 1:
@@ -228,6 +250,21 @@ class SweepSettings:
         if isinstance(metric, list):
             return [swap.get(m, m) for m in metric], mode
         return swap.get(metric, metric), mode
+
+    @property
+    def trials(self) -> int:
+        """Tune trials of the sweep: `num_samples` x `repeats`."""
+        return self.num_samples * self.repeats
+
+    def selection_rule(self) -> str:
+        """The rule in words (the parent run's ``selection_rule`` param)."""
+        if self.repeats == 1:
+            return (f"lowest {self.ece_key} within {self.tolerance} of the best val_accuracy")
+        if self.selection == "robust":
+            return (f"lowest mean + 1 SEM of {self.ece_key} over {self.repeats} seeds among "
+                    f"configurations within {self.tolerance} of the best mean val_accuracy")
+        return (f"lowest mean {self.ece_key} over {self.repeats} seeds within {self.tolerance} "
+                "of the best mean val_accuracy")
 
     @property
     def ece_key(self) -> str:
@@ -586,8 +623,8 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
         "seed": settings.seed, "objective": settings.objective, "sampler": settings.sampler,
         "scheduler": settings.scheduler or "none", "tolerance": settings.tolerance,
         "posthoc": ",".join(settings.posthoc) or "none",
-        "selection_rule": f"lowest {settings.ece_key} within {settings.tolerance} of the best "
-                          "val_accuracy", "ece_metric": settings.ece_metric,
+        "selection_rule": settings.selection_rule(), "ece_metric": settings.ece_metric,
+        "repeats": settings.repeats, "selection": settings.selection,
         "model": settings.model or "space", "gpus_per_trial": settings.gpus_per_trial,
         "cpus_per_trial": settings.cpus_per_trial, "precision": settings.precision,
         "workers_per_trial": settings.workers_per_trial, "max_failures": max_failures,
@@ -600,7 +637,10 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
     client.log_text(parent_id, json.dumps(record, indent=1), SWEEP_RECORD)
     tracking.log_dataset(client, parent_id, _dataset_record(data, settings))
     gpu = f", {settings.gpus_per_trial:g} GPU per trial" if settings.gpus_per_trial else ""
-    say(f"sweep {name}: {settings.num_samples} trials of space '{space.name}' on "
+    count = (f"{settings.num_samples} trials" if settings.repeats == 1 else
+             f"{settings.num_samples} configurations x {settings.repeats} seeds "
+             f"({settings.trials} trials)")
+    say(f"sweep {name}: {count} of space '{space.name}' on "
         f"{settings.dataset} ({_sizes(data)}){gpu}, objective {settings.objective}, sampler "
         f"{settings.sampler}; MLflow {uri} (experiment '{settings.experiment}')")
     return _execute(space, settings, client, uri, experiment_id, parent_id, name, storage, data,
@@ -672,8 +712,9 @@ def resume_sweep(name: str, *, tracking_uri: str | None = None,
 
 def _has_errored_trials(client: Any, parent: Any) -> bool:
     """True when a trial of the sweep ended FAILED by an error (``--resume`` retries those)."""
-    runs = tracking.child_runs(client, parent.info.experiment_id, parent.info.run_id)
-    return any(r.data.tags.get(tracking.OUTCOME_TAG) == "error" for r in runs)
+    runs = tracking.sweep_runs(client, parent.info.experiment_id, parent.info.run_id)
+    return any(r.data.tags.get(tracking.OUTCOME_TAG) == "error" for r in runs
+               if r.data.tags.get(tracking.TRIAL_TAG))
 
 
 def _load_record(client: Any, parent_id: str, name: str) -> dict[str, Any]:
@@ -704,8 +745,8 @@ def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
         # every copy in this process shares one writer, which this one flushes below
         callback = tracking.MlflowSweepCallback(
             client, experiment_id, parent_id, name, space, overrides, progress=say,
-            total=settings.num_samples, max_failures=max_failures,
-            dataset=_dataset_record(data, settings))
+            total=settings.trials, max_failures=max_failures,
+            dataset=_dataset_record(data, settings), repeats=settings.repeats)
         resources = trial_resources(
             cpus_per_trial=settings.cpus_per_trial, gpus_per_trial=settings.gpus_per_trial,
             workers=settings.workers_per_trial, cpus_per_worker=settings.cpus_per_worker,
@@ -739,10 +780,10 @@ def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
         tuner.fit()
         # Ctrl-C once: Tune stops the trials and returns normally
         ended = _trials_ended(f"{storage.rstrip('/')}/{name}")
-        interrupted = ended is not None and ended < settings.num_samples
+        interrupted = ended is not None and ended < settings.trials
         status = "KILLED" if interrupted else "FINISHED"
         if interrupted:
-            say(f"interrupted: {ended} of {settings.num_samples} trials ended; selecting among "
+            say(f"interrupted: {ended} of {settings.trials} trials ended; selecting among "
                 f"the finished ones (`raysearch sweep --resume {name}` continues the sweep)")
     except KeyboardInterrupt:
         status = "KILLED"
@@ -753,15 +794,16 @@ def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
         if callback is not None:
             callback.close()  # flush the queued MLflow writes before selecting
         frame = tracking.finalize_sweep(client, parent_id, tolerance=settings.tolerance,
-                                        ece_key=settings.ece_key,
-                                        status=status)
+                                        ece_key=settings.ece_key, status=status,
+                                        selection=settings.selection)
     selected = None
     if not frame.empty and frame["selected"].any():
         selected = frame[frame["selected"]].iloc[0]
     seconds = time.monotonic() - start
     done = int(frame["complete"].sum()) if not frame.empty else 0
+    what = "trials" if settings.repeats == 1 else f"configurations ({settings.repeats} seeds each)"
     say(f"sweep {name} {'stopped' if status == 'KILLED' else 'finished'} in {seconds:.1f}s: "
-        f"{done}/{settings.num_samples} trials complete; parent run {parent_id}")
+        f"{done}/{settings.num_samples} {what} complete; parent run {parent_id}")
     return SweepResult(name, parent_id, uri, frame, selected, seconds,
                        interrupted=status == "KILLED",
                        mlflow_link=ui.run_link(ui.ui_base_url(uri), experiment_id, parent_id),
@@ -815,6 +857,8 @@ def _new_tuner(space: SearchSpace, settings: SweepSettings, trainable: Any, call
         space=space.define_by_run, metric=metric, mode=mode,
         sampler=make_sampler(settings.sampler, settings.seed),
         points_to_evaluate=warm_start)
+    if settings.repeats > 1:  # R trials per sampled configuration; the sampler sees their mean
+        searcher = RepeatedSearcher(searcher, settings.repeats)
     scheduler = None
     if settings.scheduler == "asha":
         smode = "max" if settings.scheduler_metric.endswith("accuracy") else "min"
@@ -824,7 +868,7 @@ def _new_tuner(space: SearchSpace, settings: SweepSettings, trainable: Any, call
     return tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler,
-                                    num_samples=settings.num_samples, reuse_actors=True,
+                                    num_samples=settings.trials, reuse_actors=True,
                                     max_concurrent_trials=settings.max_concurrent),
         run_config=tune.RunConfig(
             name=name, storage_path=storage, verbose=0,

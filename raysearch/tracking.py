@@ -34,6 +34,7 @@ from raysearch.config import RunConfig
 from raysearch.runs import (  # noqa: F401 (re-exported: the public names of this module)
     COMPLETE_TAG,
     CONFIG_TAG,
+    CONFIGURATION_TAG,
     DEFAULT_EXPERIMENT,
     ERROR_TAG,
     EXPERIMENT_KIND,
@@ -43,9 +44,11 @@ from raysearch.runs import (  # noqa: F401 (re-exported: the public names of thi
     NODE_TAG,
     OUTCOME_TAG,
     PARENT_TAG,
+    REPEATS_TAG,
     RESUMED_TAG,
     RETRIES_TAG,
     SEALED_OUTCOMES,
+    SEEDS_TAG,
     SWEEP_TAG,
     TRIAL_TAG,
     check_tracking_uri,
@@ -55,7 +58,7 @@ from raysearch.runs import (  # noqa: F401 (re-exported: the public names of thi
     resolve_tracking_uri,
 )
 from raysearch.selection import selection_table
-from raysearch.spaces import SearchSpace
+from raysearch.spaces import CONFIG_ID_KEY, SEED_INDEX_KEY, SearchSpace
 from raysearch.trainable import (
     ARTIFACT_FILES,
     COMPLETED,
@@ -114,8 +117,9 @@ def run_params(cfg: RunConfig) -> dict[str, Any]:
         params["interleaved"] = True
         params["interleave_fraction"] = cfg.interleave_fraction
     # the rest only where it differs from the default, so digits runs keep their short list
-    for key in ("val_fraction", "test_fraction", "imbalance_ratio", "schedule", "milestones",
-                "lr_decay", "warmup_epochs", "nesterov", "mixup_alpha", "cutmix_alpha"):
+    for key in ("data_seed", "val_fraction", "test_fraction", "imbalance_ratio", "schedule",
+                "milestones", "lr_decay", "warmup_epochs", "nesterov", "mixup_alpha",
+                "cutmix_alpha"):
         value = getattr(cfg, key)
         if value != _RUN_DEFAULTS[key]:
             params[key] = value
@@ -234,6 +238,12 @@ class _SweepBook:
         self.configs: dict[str, str] = {}  # trial id -> its RunConfig JSON (adopted runs)
         self.orphans: dict[str, str] = {}  # run id -> config JSON: trials Tune's snapshot lost
         self.count = 0  # child runs created or adopted (numbers the run names)
+        # repeated sweeps (--repeats): configuration id -> its run id / its number
+        self.config_runs: dict[str, str] = {}
+        self.config_index: dict[str, int] = {}
+        self.orphan_parents: dict[str, str] = {}  # orphaned seed run -> its configuration run
+        self.seeds_ended: dict[str, int] = {}  # configuration run id -> seeds that ended
+        self.trial_gid: dict[str, str] = {}  # a seed's trial id -> its configuration id
         self.finished = 0
         self.adopted = False
         self.queue: queue.Queue = queue.Queue()
@@ -319,6 +329,12 @@ class MlflowSweepCallback(tune.Callback):
         total: number of trials of the sweep (for the progress line).
         max_failures: retries Tune grants a failed trial (for the retry line).
         dataset: the sweep's :func:`dataset_record`, logged as each child run's dataset input.
+        repeats: seeds per configuration (``--repeats``). With more than one, the child run of
+            the parent is a *configuration run* per sampled configuration (its trial configs
+            share ``_config_id``); each seed's trial gets its own run nested under it
+            (``mlflow.parentRunId`` = the configuration run), and once all its seeds ended the
+            configuration run gets the mean and SEM of every metric
+            (:func:`summarize_configuration`).
     """
 
     #: Shortest gap (seconds) between two epoch lines of one running trial.
@@ -327,8 +343,10 @@ class MlflowSweepCallback(tune.Callback):
     def __init__(self, client: MlflowClient, experiment_id: str, parent_run_id: str,
                  sweep_name: str, space: SearchSpace, overrides: dict[str, Any],
                  progress: Callable[[str], None] | None = None, total: int | None = None,
-                 max_failures: int = 0, dataset: dict[str, Any] | None = None):
+                 max_failures: int = 0, dataset: dict[str, Any] | None = None,
+                 repeats: int = 1):
         self.dataset = dataset
+        self.repeats = repeats
         self.tracking_uri = client.tracking_uri
         self.experiment_id = experiment_id
         self.parent_run_id = parent_run_id
@@ -389,15 +407,21 @@ class MlflowSweepCallback(tune.Callback):
         if book.adopted:
             return
         book.adopted = True
-        runs = child_runs(self.client, self.experiment_id, self.parent_run_id)
+        runs = sweep_runs(self.client, self.experiment_id, self.parent_run_id)
         now = time.monotonic()
+        for run in runs:  # configuration runs first (they are older than their seeds')
+            gid = run.data.tags.get(CONFIGURATION_TAG)
+            if gid and not run.data.tags.get(TRIAL_TAG):
+                book.config_runs[gid] = run.info.run_id
+                book.config_index[gid] = len(book.config_index)
+        runs = [r for r in runs if r.data.tags.get(TRIAL_TAG)]
         for run in runs:
             tid = run.data.tags.get(TRIAL_TAG)
-            if not tid:
-                continue
             book.count += 1
             book.children[tid] = run.info.run_id
             book.configs[tid] = run.data.tags.get(CONFIG_TAG, "")
+            if run.data.tags.get(CONFIGURATION_TAG):
+                book.trial_gid[tid] = run.data.tags[CONFIGURATION_TAG]
             book.started[tid] = now
             book.retries[tid] = int(run.data.tags.get(RETRIES_TAG, 0))
             if run.data.tags.get(NODE_TAG):
@@ -406,6 +430,9 @@ class MlflowSweepCallback(tune.Callback):
             if run.info.status == "FINISHED" or outcome in SEALED_OUTCOMES:
                 book.sealed.add(tid)
                 book.finished += 1
+                if run.data.tags.get(CONFIGURATION_TAG):
+                    config_run = run.data.tags.get(PARENT_TAG, "")
+                    book.seeds_ended[config_run] = book.seeds_ended.get(config_run, 0) + 1
             else:
                 book.steps[tid] = _last_step(self.client, run.info.run_id)
                 if run.info.status != "RUNNING":
@@ -425,9 +452,17 @@ class MlflowSweepCallback(tune.Callback):
         book = self.book
         for tid in list(book.children):
             if tid not in trial_ids and tid not in book.sealed:
-                book.orphans[book.children.pop(tid)] = book.configs.get(tid, "")
+                run_id = book.children.pop(tid)
+                book.orphans[run_id] = book.configs.get(tid, "")
+                book.orphan_parents[run_id] = self._adopted_parent(run_id)
                 book.started.pop(tid, None)
                 book.reopen.discard(tid)
+
+    def _adopted_parent(self, run_id: str) -> str:
+        try:
+            return self.client.get_run(run_id).data.tags.get(PARENT_TAG, "")
+        except Exception:  # noqa: BLE001 (an unreadable run: no configuration to rejoin)
+            return ""
 
     def _start(self, trial: Any) -> None:
         book = self.book
@@ -443,17 +478,34 @@ class MlflowSweepCallback(tune.Callback):
             cfg_json, params, method = json.dumps(cfg.to_dict()), run_params(cfg), cfg.method
         except ValueError as exc:  # a config the space cannot resolve: the trial will fail too
             cfg_json, params, method = "{}", {"error": str(exc)[:400]}, "?"
+        gid = trial.config.get(CONFIG_ID_KEY) if self.repeats > 1 else None
         orphan = next((r for r, c in book.orphans.items() if c == cfg_json), None)
         if orphan is not None:
             del book.orphans[orphan]
             book.children[tid] = orphan
             book.steps[tid] = _last_step(self.client, orphan)
+            config_run = book.orphan_parents.pop(orphan, "")
+            if gid is not None and gid not in book.config_runs and config_run \
+                    and config_run != self.parent_run_id:
+                # the restored searcher sampled this configuration again under a new id:
+                # its seeds rejoin the configuration run they had
+                book.config_runs[gid] = config_run
+                book.config_index[gid] = len(book.config_index)
+
+            if gid is not None and config_run:
+                book.trial_gid[tid] = gid
 
             def claim() -> None:
                 self.client.set_tag(orphan, TRIAL_TAG, tid)
+                if gid is not None and book.config_runs.get(gid) == config_run:
+                    self.client.set_tag(orphan, CONFIGURATION_TAG, gid)
+                    self.client.set_tag(config_run, CONFIGURATION_TAG, gid)
                 self._reopen(tid)
 
             self._submit(claim)
+            return
+        if gid is not None:
+            self._start_seed(trial, tid, gid, cfg_json, params, method)
             return
         index = book.count
         book.count += 1
@@ -469,6 +521,63 @@ class MlflowSweepCallback(tune.Callback):
                 log_dataset(self.client, run.info.run_id, self.dataset)
 
         self._submit(create)
+
+    def _start_seed(self, trial: Any, tid: str, gid: str, cfg_json: str,
+                    params: dict[str, Any], method: str) -> None:
+        """A repeated sweep's trial: its run goes under its configuration's run (made once)."""
+        book = self.book
+        seed_index = trial.config.get(SEED_INDEX_KEY, 0)
+        if gid not in book.config_index:
+            number = book.config_index[gid] = len(book.config_index)
+            base = {k: v for k, v in trial.config.items() if k != SEED_INDEX_KEY}
+            try:
+                base_cfg = self.space.resolve(base, **self.overrides)
+                base_json, base_params = json.dumps(base_cfg.to_dict()), run_params(base_cfg)
+            except ValueError as exc:
+                base_json, base_params = "{}", {"error": str(exc)[:400]}
+
+            def create_configuration() -> None:
+                run = self.client.create_run(
+                    self.experiment_id, run_name=f"{self.sweep_name}-{number:03d}-{method}",
+                    tags={PARENT_TAG: self.parent_run_id, SWEEP_TAG: self.sweep_name,
+                          CONFIGURATION_TAG: gid, CONFIG_TAG: base_json,
+                          REPEATS_TAG: str(self.repeats)})
+                book.config_runs[gid] = run.info.run_id
+                log_params(self.client, run.info.run_id, {**base_params,
+                                                          "repeats": self.repeats})
+                if self.dataset:
+                    log_dataset(self.client, run.info.run_id, self.dataset)
+
+            self._submit(create_configuration)
+        number = book.config_index[gid]
+        book.count += 1
+        book.trial_gid[tid] = gid
+
+        def create() -> None:
+            run = self.client.create_run(
+                self.experiment_id,
+                run_name=f"{self.sweep_name}-{number:03d}-{method}-seed{seed_index}",
+                tags={PARENT_TAG: book.config_runs[gid], SWEEP_TAG: self.sweep_name,
+                      TRIAL_TAG: tid, CONFIG_TAG: cfg_json, CONFIGURATION_TAG: gid})
+            book.children[tid] = run.info.run_id
+            log_params(self.client, run.info.run_id, {**params, "seed_index": seed_index})
+            if self.dataset:
+                log_dataset(self.client, run.info.run_id, self.dataset)
+
+        self._submit(create)
+
+    def _seed_ended(self, tid: str) -> None:
+        """Writer thread, after a seed run ended: summarise its configuration once all did."""
+        book = self.book
+        run_id = book.children.get(tid)
+        config_run = book.config_runs.get(book.trial_gid.get(tid, ""))
+        if run_id is None or config_run is None:
+            return
+        book.seeds_ended[config_run] = book.seeds_ended.get(config_run, 0) + 1
+        if book.seeds_ended[config_run] >= self.repeats:
+            line = summarize_configuration(self.client, self.experiment_id, config_run)
+            if line and self.progress is not None:
+                self.progress(line)
 
     def _reopen(self, tid: str) -> None:
         run_id = self.book.children[tid]
@@ -586,6 +695,8 @@ class MlflowSweepCallback(tune.Callback):
                 except Exception as exc:  # a plot must never lose the run
                     logger.warning("reliability diagram of %s failed: %s", tid, exc)
             self.client.set_terminated(run_id, "FINISHED")
+            if tid in book.trial_gid:
+                self._seed_ended(tid)
 
         self._submit(finish)
         self._report(trial, result, "done" if complete else "stopped early")
@@ -607,6 +718,8 @@ class MlflowSweepCallback(tune.Callback):
             log_epochs(self.client, run_id, [], {COMPLETE_TAG: "false", OUTCOME_TAG: outcome,
                                                  ERROR_TAG: message[:4000]})
             self.client.set_terminated(run_id, "FAILED")
+            if tid in book.trial_gid:
+                self._seed_ended(tid)
 
         self._submit(fail)
         self._report(trial, result, f"FAILED: {message.splitlines()[-1][:160]}")
@@ -622,6 +735,8 @@ class MlflowSweepCallback(tune.Callback):
             hp = " ".join(f"{k}={_short(v)}" for k, v in
                           {**cfg.loss_params, "lr": cfg.lr}.items() if k != "variant")
             head = f"{cfg.method:<6s} {hp}"
+            if self.repeats > 1 and SEED_INDEX_KEY in trial.config:
+                head += f" seed {cfg.seed}"
         except ValueError:
             head = "?"
         total = f"/{self.total}" if self.total else ""
@@ -686,6 +801,119 @@ def sweep_trials(client: MlflowClient, parent: Any) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def sweep_runs(client: MlflowClient, experiment_id: str, parent_run_id: str) -> list[Any]:
+    """Every run of a sweep below its parent (all pages), oldest first.
+
+    Trial runs, and for ``--repeats`` the configuration runs and the seed runs under them.
+    """
+    name = client.get_run(parent_run_id).data.tags.get(SWEEP_TAG, "")
+    runs, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], filter_string=f"tags.`{SWEEP_TAG}` = '{name}'",
+                                  max_results=1000, page_token=token,
+                                  order_by=["attributes.start_time ASC"])
+        runs.extend(r for r in page if r.info.run_id != parent_run_id
+                    and r.data.tags.get(PARENT_TAG))
+        token = page.token
+        if not token:
+            return runs
+
+
+#: Outcomes that make a configuration incomplete even when other seeds completed: a seed
+#: stopped early is not comparable, and a configuration that diverges on a seed is unstable.
+_SPOILING_OUTCOMES = ("stopped_early", "diverged")
+
+
+def summarize_configuration(client: MlflowClient, experiment_id: str,
+                            config_run_id: str) -> str:
+    """Log a repeated sweep's configuration run: mean and SEM over its seeds, then end it.
+
+    Every final metric (``train_*``, ``val_*``, ``test_*``, ``shift_*``) that all the complete
+    seed runs hold is logged as ``{m}_mean``, ``{m}_sem`` (sample std / sqrt(n), for n >= 2;
+    :func:`raysearch.repeats.sem`) and under its plain name ``{m}`` = the mean, so selection,
+    ``report`` and ``export`` read a configuration run like a single trial's run; ``n_seeds``
+    is the number of complete seeds. The run is complete (tag ``raysearch.complete``) when at
+    least one seed completed and none stopped early or diverged (a seed that failed with an
+    error only lowers ``n_seeds``); it ends FINISHED, else FAILED (KILLED when a seed was
+    interrupted).
+
+    Returns:
+        A one-line summary for the progress output (empty when the run has no seeds).
+    """
+    from raysearch.repeats import sem
+
+    seeds = child_runs(client, experiment_id, config_run_id)
+    if not seeds:
+        return ""
+    complete = [r for r in seeds if r.data.tags.get(COMPLETE_TAG) == "true"]
+    outcomes = [r.data.tags.get(OUTCOME_TAG, "") for r in seeds]
+    metrics: dict[str, float] = {"n_seeds": float(len(complete))}
+    if complete:
+        keys = set.intersection(*({k for k in r.data.metrics if k.startswith(METRIC_PREFIXES)}
+                                  for r in complete))
+        for key in sorted(keys):
+            values = [float(r.data.metrics[key]) for r in complete]
+            if not all(math.isfinite(v) for v in values):
+                continue
+            metrics[key] = metrics[key + "_mean"] = sum(values) / len(values)
+            if len(values) >= 2:
+                metrics[key + "_sem"] = sem(values)
+    spoiled = next((o for o in outcomes if o in _SPOILING_OUTCOMES), None)
+    is_complete = bool(complete) and spoiled is None
+    if is_complete:
+        outcome, status = "complete", "FINISHED"
+    elif "interrupted" in outcomes or any(r.info.status in ("RUNNING", "KILLED") for r in seeds):
+        outcome, status = spoiled or "interrupted", "KILLED"
+    else:
+        outcome, status = spoiled or "error", "FAILED"
+    run = client.get_run(config_run_id)
+    step = int(run.data.params.get("epochs", 0)) if str(
+        run.data.params.get("epochs", "")).isdigit() else 0
+    log_epochs(client, config_run_id, [(step, metrics)], {
+        COMPLETE_TAG: str(is_complete).lower(), OUTCOME_TAG: outcome,
+        SEEDS_TAG: f"{len(complete)}/{len(seeds)}"})
+    client.set_terminated(config_run_id, status)
+    line = f"  configuration {run.info.run_name}: {len(complete)}/{len(seeds)} seeds complete"
+    if is_complete and "val_accuracy" in metrics and "val_ece" in metrics:
+        parts = []
+        for key, label in (("val_accuracy", "val acc"), ("val_ece", "ECE")):
+            spread = metrics.get(key + "_sem")
+            pm = f" ± {100 * spread:.2f}" if spread is not None else ""
+            parts.append(f"{label} {100 * metrics[key]:.2f}%{pm}")
+        line += ", mean " + " ".join(parts)
+    return line if is_complete else f"{line} ({outcome})"
+
+
+def seed_trials(client: MlflowClient, parent: Any) -> pd.DataFrame:
+    """One row per seed run of a sweep: its trials for a single-seed sweep, else the seed runs.
+
+    For a repeated sweep (``--repeats``) the rows are the seed runs nested under the
+    configuration runs, with ``config`` set to their configuration run's config (the same for
+    all seeds of a configuration: the seed of its first run) and ``trial`` to that run's name;
+    ``seed_run`` keeps the seed run's own name. For a single-seed sweep this is
+    :func:`sweep_trials`. This is what :func:`raysearch.repeats.compare_methods` takes.
+    """
+    frame = sweep_trials(client, parent)
+    if frame.empty or "repeats" not in frame:  # configuration runs carry the param
+        return frame
+    configs = {r["run_id"]: r for _, r in frame.iterrows()}
+    rows = []
+    for run in sweep_runs(client, parent.info.experiment_id, parent.info.run_id):
+        owner = configs.get(run.data.tags.get(PARENT_TAG, ""))
+        if owner is None or not run.data.tags.get(TRIAL_TAG):
+            continue
+        row = {"trial": owner["trial"], "seed_run": run.info.run_name,
+               "run_id": run.info.run_id, "trial_id": run.data.tags.get(TRIAL_TAG, ""),
+               "status": run.info.status,
+               "complete": run.data.tags.get(COMPLETE_TAG) == "true",
+               "outcome": run.data.tags.get(OUTCOME_TAG, "")}
+        row.update({k: _coerce(v) for k, v in run.data.params.items()})
+        row.update(run.data.metrics)
+        row["config"] = owner["config"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def child_runs(client: MlflowClient, experiment_id: str, parent_run_id: str) -> list[Any]:
     """Every child run of a sweep's parent run (all pages), oldest first."""
     runs, token = [], None
@@ -713,14 +941,28 @@ def write_parquet(frame: pd.DataFrame, path: str | Path) -> Path:
     return Path(path)
 
 
+#: ``--selection``: the rule applied to a repeated sweep's configurations (see
+#: :mod:`raysearch.repeats`): ``mean`` (lowest mean ECE within the tolerance of the best mean
+#: accuracy) or ``robust`` (lowest mean + 1 SEM of ECE, same accuracy constraint).
+SELECTIONS = ("mean", "robust")
+
+
 def annotate_selection(
     frame: pd.DataFrame, *, tolerance: float, accuracy_key: str = "val_accuracy",
-    ece_key: str = "val_ece",
+    ece_key: str = "val_ece", selection: str = "mean",
 ) -> pd.DataFrame:
     """Add ``on_front`` and ``selected`` columns, judged among the complete trials only.
 
-    Failed and early-stopped trials keep ``on_front = selected = False``.
+    Failed and early-stopped trials keep ``on_front = selected = False``. The front is that of
+    the (mean) metrics; with ``selection="robust"`` the selected row is the one with the lowest
+    ``{ece_key}_mean + {ece_key}_sem`` among those within `tolerance` of the best mean accuracy
+    (:func:`raysearch.repeats.select_robust`; rows of a repeated sweep's configurations).
+
+    Raises:
+        ValueError: if `selection` is unknown, or ``robust`` on a table without SEM columns.
     """
+    if selection not in SELECTIONS:
+        raise ValueError(f"unknown selection '{selection}'; choose from {', '.join(SELECTIONS)}")
     frame = frame.copy()
     frame["on_front"] = False
     frame["selected"] = False
@@ -734,16 +976,28 @@ def annotate_selection(
                             tolerance=tolerance)
     frame.loc[eligible.index, "on_front"] = table["on_front"].to_numpy()
     frame.loc[eligible.index, "selected"] = table["selected"].to_numpy()
+    if selection == "robust":
+        from raysearch.repeats import MEAN, SEM, select_robust
+
+        if ece_key + SEM not in frame or accuracy_key + MEAN not in frame:
+            raise ValueError(f"--selection robust needs the standard error of {ece_key} over "
+                             "seeds: run the sweep with --repeats 2 or more")
+        rows = eligible.reset_index(drop=True)
+        pick = select_robust(rows, accuracy=accuracy_key, ece=ece_key, tolerance=tolerance)
+        frame["selected"] = False
+        frame.loc[eligible.index[pick], "selected"] = True
     return frame
 
 
 def load_sweep(client: MlflowClient, name: str, experiment: str | None = None,
-               tolerance: float | None = None,
-               ece_key: str = "val_ece") -> tuple[Any, pd.DataFrame, float]:
+               tolerance: float | None = None, ece_key: str = "val_ece",
+               selection: str | None = None) -> tuple[Any, pd.DataFrame, float]:
     """Parent run, trials table (with ``on_front``/``selected``) and tolerance of sweep `name`.
 
-    `tolerance` defaults to the one the sweep ran with; `ece_key` is the validation ECE the
-    front and the selection use (``val_ece_ts`` for the post-TS ECE).
+    `tolerance` and `selection` (:data:`SELECTIONS`) default to the ones the sweep ran with;
+    `ece_key` is the validation ECE the front and the selection use (``val_ece_ts`` for the
+    post-TS ECE). A repeated sweep's table has one row per configuration (means, ``_mean`` and
+    ``_sem`` columns, ``n_seeds``).
 
     Raises:
         ValueError: if the sweep is unknown.
@@ -755,52 +1009,77 @@ def load_sweep(client: MlflowClient, name: str, experiment: str | None = None,
     if ece_key != "val_ece" and not frame.empty and ece_key not in frame:
         raise ValueError(f"sweep '{name}' has no metric {ece_key}: run it with that post-hoc "
                          "calibrator (--posthoc)")
-    frame = annotate_selection(frame, tolerance=tolerance, ece_key=ece_key)
+    if selection is None:
+        selection = parent.data.params.get("selection", "mean")
+    frame = annotate_selection(frame, tolerance=tolerance, ece_key=ece_key, selection=selection)
     return parent, frame, tolerance
 
 
 def finalize_sweep(client: MlflowClient, parent_run_id: str, *, tolerance: float,
                    ece_key: str = "val_ece", accuracy_key: str = "val_accuracy",
-                   status: str = "FINISHED") -> pd.DataFrame:
+                   status: str = "FINISHED", selection: str = "mean") -> pd.DataFrame:
     """Select the winner and attach ``pareto.png``, ``trials.parquet``, ``best_config.yaml``.
 
     The selection rule (lowest validation ECE within `tolerance` of the best validation
     accuracy) runs over the trials that ran all their epochs; failed and early-stopped trials
-    stay in the table with ``on_front = selected = False``.
+    stay in the table with ``on_front = selected = False``. In a repeated sweep the rows are
+    its configuration runs (summarised here if a seed ended after the live summary), the rule
+    applies to their means (`selection` ``mean``) or to mean + SEM of ECE (``robust``),
+    ``pareto.png`` draws ±1 SEM error bars, and ``seeds.parquet`` holds the seed runs.
 
     Returns:
         The trials table with ``on_front`` and ``selected`` columns.
     """
     parent = client.get_run(parent_run_id)
-    frame = sweep_trials(client, parent)
-    running = frame["status"] == "RUNNING" if not frame.empty else []
-    if len(running) and running.any():
-        # trials the sweep left behind (interrupted, or lost with a killed driver): KILLED,
-        # and `sweep --resume` sets them RUNNING again when it continues them
-        sweep_name = parent.data.tags.get(SWEEP_TAG, "")
-        for run_id in frame.loc[running, "run_id"]:
-            client.set_tag(run_id, OUTCOME_TAG, "interrupted")
-            client.set_tag(run_id, ERROR_TAG, "the sweep ended while this trial ran; "
+    sweep_name = parent.data.tags.get(SWEEP_TAG, "")
+    runs = sweep_runs(client, parent.info.experiment_id, parent_run_id)
+    for run in runs:
+        if run.info.status == "RUNNING" and run.data.tags.get(TRIAL_TAG):
+            # trials the sweep left behind (interrupted, or lost with a killed driver): KILLED,
+            # and `sweep --resume` sets them RUNNING again when it continues them
+            client.set_tag(run.info.run_id, OUTCOME_TAG, "interrupted")
+            client.set_tag(run.info.run_id, ERROR_TAG, "the sweep ended while this trial ran; "
                            f"`raysearch sweep --resume {sweep_name}` continues it")
-            client.set_terminated(run_id, "KILLED")
-        frame.loc[running, "status"] = "KILLED"
+            client.set_terminated(run.info.run_id, "KILLED")
+    repeated = [r for r in runs if r.data.tags.get(REPEATS_TAG)
+                and not r.data.tags.get(TRIAL_TAG)]
+    for run in repeated:
+        if run.info.status != "FINISHED" or _ended_after(client, run, runs):
+            summarize_configuration(client, parent.info.experiment_id, run.info.run_id)
+    frame = sweep_trials(client, parent)
     if frame.empty:
         client.set_terminated(parent_run_id, status)
         return frame
-    frame = annotate_selection(frame, tolerance=tolerance, accuracy_key=accuracy_key,
-                               ece_key=ece_key)
+    try:
+        frame = annotate_selection(frame, tolerance=tolerance, accuracy_key=accuracy_key,
+                                   ece_key=ece_key, selection=selection)
+    except ValueError as exc:  # robust without SEM (a single complete seed per configuration)
+        logger.warning("%s; selecting on means", exc)
+        frame = annotate_selection(frame, tolerance=tolerance, accuracy_key=accuracy_key,
+                                   ece_key=ece_key)
     with tempfile.TemporaryDirectory() as d:
         write_parquet(frame, Path(d) / "trials.parquet")
         client.log_artifact(parent_run_id, str(Path(d) / "trials.parquet"))
+        if repeated:
+            seeds = seed_trials(client, parent)
+            if not seeds.empty:
+                write_parquet(seeds, Path(d) / "seeds.parquet")
+                client.log_artifact(parent_run_id, str(Path(d) / "seeds.parquet"))
         shown = frame[frame["complete"] & frame[accuracy_key].notna()] \
             if accuracy_key in frame else frame.iloc[0:0]
         if not shown.empty:
             sel = [i for i, s in enumerate(shown["selected"]) if s]
+            bars = {}
+            if accuracy_key + "_sem" in shown and ece_key + "_sem" in shown:
+                bars = {"accuracy_sem": shown[accuracy_key + "_sem"],
+                        "ece_sem": shown[ece_key + "_sem"]}
             plots.pareto_plot(shown[accuracy_key], shown[ece_key], shown["on_front"],
                               Path(d) / "pareto.png", selected=sel[0] if sel else None,
                               groups=list(shown["method"].astype(str)),
-                              title=f"sweep {parent.data.tags.get(SWEEP_TAG, '')}",
-                              ece_label=f"validation {ece_key[len('val_'):]}")
+                              title=f"sweep {sweep_name}" + (
+                                  f" (mean ± SEM over {parent.data.params.get('repeats')} seeds)"
+                                  if bars else ""),
+                              ece_label=f"validation {ece_key[len('val_'):]}", **bars)
             client.log_artifact(parent_run_id, str(Path(d) / "pareto.png"))
         if frame["selected"].any():
             best = frame[frame["selected"]].iloc[0]
@@ -815,6 +1094,13 @@ def finalize_sweep(client: MlflowClient, parent_run_id: str, *, tolerance: float
     client.set_tag(parent_run_id, "raysearch.trials_complete", str(int(frame["complete"].sum())))
     client.set_terminated(parent_run_id, status)
     return frame
+
+
+def _ended_after(client: MlflowClient, config_run: Any, runs: list[Any]) -> bool:
+    """True when a seed run of `config_run` ended after the configuration was summarised."""
+    done = config_run.info.end_time or 0
+    return any(r.data.tags.get(PARENT_TAG) == config_run.info.run_id
+               and (r.info.end_time or 0) > done for r in runs)
 
 
 def best_config_document(best: pd.Series, parent: Any) -> dict[str, Any]:

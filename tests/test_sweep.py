@@ -366,3 +366,76 @@ def test_sweep_with_another_ece_metric(ray_session, tmp_path, sqlite_uri):
                                     "--tracking-uri", sqlite_uri])
     assert bad.exit_code == 2
     assert "unknown ECE metric 'nope'" in bad.stderr
+
+
+def test_repeated_sweep_end_to_end(ray_session, tmp_path, sqlite_uri):
+    """--repeats 2: a configuration run per sampled point with its two seed runs under it."""
+    from PIL import Image
+
+    from raysearch.repeats import cohens_d
+
+    space = tmp_path / "two.yaml"
+    space.write_text("methods: [ce, ls]\ndescription: two methods\n"
+                     "train:\n  lr: {low: 0.03, high: 0.1, log: true}\n")
+    result = _cli("sweep", str(space), "-n", "2", "--repeats", "2", "--epochs", "2",
+                  "--name", "rep", "--tracking-uri", sqlite_uri,
+                  "--storage-path", str(tmp_path / "ray"))
+    assert result.exit_code == 0, result.output
+    assert "2 configurations x 2 seeds (4 trials)" in result.output
+    assert "mean ± SEM over seeds" in result.output
+    client = MlflowClient(sqlite_uri)
+    exp = client.get_experiment_by_name("raysearch")
+    runs = client.search_runs([exp.experiment_id], max_results=100)
+    parent, configs = _parent_and_children(runs)
+    assert parent.data.params["repeats"] == "2"
+    assert parent.data.params["selection"] == "mean"
+    assert sorted(c.data.params["method"] for c in configs) == ["ce", "ls"]  # warm start
+    seeds_of = {}
+    for config in configs:
+        seeds = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == config.info.run_id]
+        seeds_of[config.data.params["method"]] = seeds
+        assert sorted(s.data.params["seed"] for s in seeds) == ["0", "1"]
+        for s in seeds:  # the seeds differ only in their seed; the split stays that of seed 0
+            assert s.data.params["data_seed" if s.data.params["seed"] == "1" else "seed"] == "0"
+            assert s.data.params["lr"] == config.data.params["lr"]
+            assert s.data.tags["raysearch.complete"] == "true"
+        # the configuration run holds mean and SEM; for two values SEM = |a - b| / 2
+        for key in ("val_ece", "val_accuracy", "test_ece"):
+            a, b = (s.data.metrics[key] for s in seeds)
+            m = config.data.metrics
+            assert m[key] == pytest.approx((a + b) / 2, abs=1e-12)
+            assert m[f"{key}_mean"] == pytest.approx((a + b) / 2, abs=1e-12)
+            assert m[f"{key}_sem"] == pytest.approx(abs(a - b) / 2, abs=1e-12)
+        assert config.data.metrics["n_seeds"] == 2
+        assert config.data.tags["raysearch.seeds"] == "2/2"
+    trials = pq.read_table(client.download_artifacts(parent.info.run_id, "trials.parquet",
+                                                     str(tmp_path))).to_pandas()
+    assert len(trials) == 2
+    for col in ("val_ece_mean", "val_ece_sem", "val_accuracy_mean", "val_accuracy_sem",
+                "test_ece_mean", "test_ece_sem"):
+        assert trials[col].notna().all(), col
+    # selection on means: the rule over the configurations' mean metrics
+    assert trials["selected"].tolist().index(True) == select_best(trials.to_dict("records"))
+    png = client.download_artifacts(parent.info.run_id, "pareto.png", str(tmp_path))
+    assert "±1 SEM error bars" in Image.open(png).text["Description"]
+    seeds_table = pq.read_table(client.download_artifacts(
+        parent.info.run_id, "seeds.parquet", str(tmp_path))).to_pandas()
+    assert len(seeds_table) == 4
+    # report: the table shows mean ± SEM
+    report = _cli("report", "rep", "--tracking-uri", sqlite_uri)
+    assert report.exit_code == 0, report.output
+    assert "2 configurations x 2 seeds" in report.output
+    assert "rule (mean)" in report.output
+    assert " ± " in report.output
+    # compare: per method mean ± SEM over its seeds and Cohen's d of ls against ce
+    compared = _cli("compare", "rep", "--tracking-uri", sqlite_uri)
+    assert compared.exit_code == 0, compared.output
+    table = pd.read_csv(client.download_artifacts(parent.info.run_id, "compare.csv",
+                                                  str(tmp_path)))
+    row = table.set_index("method")
+    assert (row["n_seeds"] == 2).all()
+    expected = cohens_d([s.data.metrics["test_ece"] for s in seeds_of["ce"]],
+                        [s.data.metrics["test_ece"] for s in seeds_of["ls"]])
+    assert row.loc["ls", "cohens_d"] == pytest.approx(expected, rel=1e-9)
+    assert np.isnan(row.loc["ce", "cohens_d"])
+    assert f"{expected:.2f}" in compared.output
