@@ -149,7 +149,11 @@ def pareto_plot(
     if title:
         ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    if len(group_names) > 3:  # many methods: the legend goes beside the axes, not over points
+        fig.set_size_inches(7.6, 4.5)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    else:
+        ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     path = Path(path)
     bars = accuracy_sem is not None or ece_sem is not None

@@ -1079,7 +1079,9 @@ def finalize_sweep(client: MlflowClient, parent_run_id: str, *, tolerance: float
                               title=f"sweep {sweep_name}" + (
                                   f" (mean ± SEM over {parent.data.params.get('repeats')} seeds)"
                                   if bars else ""),
-                              ece_label=f"validation {ece_key[len('val_'):]}", **bars)
+                              ece_label="validation " + (
+                                  "ECE" if ece_key == "val_ece" else ece_key[len("val_"):]),
+                              **bars)
             client.log_artifact(parent_run_id, str(Path(d) / "pareto.png"))
         if frame["selected"].any():
             best = frame[frame["selected"]].iloc[0]
