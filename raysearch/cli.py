@@ -812,13 +812,20 @@ def _pareto_table(frame: Any, show_all: bool = False, suffix: str = "",
     label = "ECE" if metric == "ece" else metric
     header = ["trial", "method", "hyperparameters", "val acc", f"val {label}{tag}", "test acc",
               f"test {label}{tag}", ""]
+    repeated = "n_seeds" in rows
+    if repeated:
+        header.insert(3, "seeds")
     lines = []
     for _, row in rows.iterrows():
         mark = "selected" if row.get("selected") else ("front" if row.get("on_front") else "")
         if not row.get("complete"):
             mark = row.get("status", "").lower() if row.get("status") != "FINISHED" else "partial"
-        lines.append([str(row["trial"]), str(row.get("method", "")), _hp_text(row),
-                      *(_pm(row.get(c), row.get(c + "_sem")) for c in cols), mark])
+        line = [str(row["trial"]), str(row.get("method", "")), _hp_text(row),
+                *(_pm(row.get(c), row.get(c + "_sem")) for c in cols), mark]
+        if repeated:
+            n = row.get("n_seeds")
+            line.insert(3, "-" if n is None or n != n else str(int(n)))
+        lines.append(line)
     widths = [max(len(h), *(len(r[i]) for r in lines)) for i, h in enumerate(header)]
     out = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
     out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
@@ -843,7 +850,8 @@ def _describe(row: Any) -> str:
 
     seeds = ""
     if row.get("n_seeds") == row.get("n_seeds") and row.get("n_seeds") is not None:
-        seeds = f" | mean ± SEM over {int(row['n_seeds'])} seeds"
+        n = int(row["n_seeds"])
+        seeds = f" | mean ± SEM over {n} seeds" if n != 1 else " | 1 complete seed"
     return (f"{row['trial']} {row.get('method', '')} {_hp_text(row)} | val acc "
             f"{show('val_accuracy')} ECE {show('val_ece')} | test acc "
             f"{show('test_accuracy')} ECE {show('test_ece')}{seeds}")

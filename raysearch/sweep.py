@@ -704,7 +704,9 @@ def resume_sweep(name: str, *, tracking_uri: str | None = None,
     client.update_run(parent_id, status="RUNNING")
     resumes = int(parent.data.tags.get("raysearch.resumes", 0)) + 1
     client.set_tag(parent_id, "raysearch.resumes", str(resumes))
-    say(f"resuming sweep {name} from {path} ({settings.num_samples} trials of space "
+    count = (f"{settings.num_samples} trials" if settings.repeats == 1 else
+             f"{settings.num_samples} configurations x {settings.repeats} seeds")
+    say(f"resuming sweep {name} from {path} ({count} of space "
         f"'{space.name}' on {settings.dataset}); MLflow {uri} (experiment '{experiment}')")
     return _execute(space, settings, client, uri, parent.info.experiment_id, parent_id, name,
                     storage, data, say, restore=path)

@@ -819,9 +819,10 @@ def sweep_runs(client: MlflowClient, experiment_id: str, parent_run_id: str) -> 
             return runs
 
 
-#: Outcomes that make a configuration incomplete even when other seeds completed: a seed
-#: stopped early is not comparable, and a configuration that diverges on a seed is unstable.
-_SPOILING_OUTCOMES = ("stopped_early", "diverged")
+#: Outcomes that make a configuration incomplete even when other seeds completed: one that
+#: diverges on a seed is unstable. (A seed stopped early by ASHA, which compares trials, not
+#: configurations, or one that failed with an error is left out of the mean.)
+_SPOILING_OUTCOMES = ("diverged",)
 
 
 def summarize_configuration(client: MlflowClient, experiment_id: str,
@@ -833,9 +834,10 @@ def summarize_configuration(client: MlflowClient, experiment_id: str,
     :func:`raysearch.repeats.sem`) and under its plain name ``{m}`` = the mean, so selection,
     ``report`` and ``export`` read a configuration run like a single trial's run; ``n_seeds``
     is the number of complete seeds. The run is complete (tag ``raysearch.complete``) when at
-    least one seed completed and none stopped early or diverged (a seed that failed with an
-    error only lowers ``n_seeds``); it ends FINISHED, else FAILED (KILLED when a seed was
-    interrupted).
+    least one seed completed and none diverged; a seed stopped early (``--scheduler asha``
+    judges every seed's trial on its own) or failed with an error only lowers ``n_seeds``. It
+    ends FINISHED (also when every seed was stopped early, as a trial run does), else FAILED
+    (KILLED when a seed was interrupted).
 
     Returns:
         A one-line summary for the progress output (empty when the run has no seeds).
@@ -864,6 +866,8 @@ def summarize_configuration(client: MlflowClient, experiment_id: str,
         outcome, status = "complete", "FINISHED"
     elif "interrupted" in outcomes or any(r.info.status in ("RUNNING", "KILLED") for r in seeds):
         outcome, status = spoiled or "interrupted", "KILLED"
+    elif spoiled is None and "stopped_early" in outcomes:  # ASHA stopped every seed
+        outcome, status = "stopped_early", "FINISHED"
     else:
         outcome, status = spoiled or "error", "FAILED"
     run = client.get_run(config_run_id)

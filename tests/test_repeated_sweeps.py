@@ -196,18 +196,26 @@ def test_configuration_run_gets_mean_and_sem_of_its_complete_seeds(tmp_path):
     assert "val acc 85.00% ± 2.89" in line
 
 
-def test_a_seed_stopped_early_spoils_its_configuration(tmp_path):
+def test_seeds_stopped_early_are_left_out_and_a_diverged_seed_spoils(tmp_path):
     client, exp = _store(tmp_path)
     parent = client.create_run(exp, run_name="s", tags={tracking.SWEEP_TAG: "s"}).info.run_id
-    run_id = _configuration(client, exp, parent, "c0", [
+    asha = _configuration(client, exp, parent, "c0", [
         ({"val_ece": 0.02, "val_accuracy": 0.9}, "complete"),
         ({"val_ece": 0.01, "val_accuracy": 0.5}, "stopped_early")])
-    tracking.summarize_configuration(client, exp, run_id)
-    run = client.get_run(run_id)
-    assert run.data.tags[tracking.COMPLETE_TAG] == "false"
-    assert run.data.tags[tracking.OUTCOME_TAG] == "stopped_early"
-    assert run.info.status == "FAILED"
+    tracking.summarize_configuration(client, exp, asha)
+    run = client.get_run(asha)
+    assert run.data.tags[tracking.COMPLETE_TAG] == "true"
+    assert run.data.tags[tracking.SEEDS_TAG] == "1/2"
+    assert run.data.metrics["val_ece"] == pytest.approx(0.02)  # the complete seed only
     assert "val_ece_sem" not in run.data.metrics  # one complete seed: no SEM
+    unstable = _configuration(client, exp, parent, "c1", [
+        ({"val_ece": 0.02, "val_accuracy": 0.9}, "complete"),
+        ({}, "diverged")])
+    tracking.summarize_configuration(client, exp, unstable)
+    run = client.get_run(unstable)
+    assert run.data.tags[tracking.COMPLETE_TAG] == "false"
+    assert run.data.tags[tracking.OUTCOME_TAG] == "diverged"
+    assert run.info.status == "FAILED"
 
 
 def _summary_table():
