@@ -1,8 +1,16 @@
 """Shared helpers of the train-time losses: parameter validation and input flattening.
 
 Every loss validates its hyperparameters in ``__init__`` with :func:`validate_number` (or
-:func:`validate_choice`) and checks and flattens its inputs in ``forward`` with
-:func:`flatten_inputs`, so that all losses reject the same bad input with the same message.
+:func:`validate_choice`), its keyword-only ``ignore_index`` with :func:`validate_ignore_index`,
+and checks and flattens its inputs in ``forward`` with :func:`flatten_inputs`, so that all losses
+reject the same bad input with the same message and ignore the same targets.
+
+Inputs: logits (N, K) or (N, K, d1, ..., dm) float; targets (N,) or (N, d1, ..., dm) int64, each
+value a class in [0, K) or ``ignore_index`` (an int, ``-100`` by default as in
+``torch.nn.CrossEntropyLoss``). A location whose target equals ``ignore_index`` counts nowhere:
+:func:`flatten_inputs` removes its row, so every mean and batch statistic runs over the M kept
+rows only (as the MbLS code does: ``logits[targets != ignore_index]``). When no row is kept, a
+loss returns :func:`zero_loss`.
 """
 
 import math
@@ -12,6 +20,8 @@ import torch
 
 #: Floating-point dtypes that the losses compute in float32 (their gradient flows back unchanged).
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
+#: Default ``ignore_index`` of every loss, that of ``torch.nn.CrossEntropyLoss``.
+DEFAULT_IGNORE_INDEX = -100
 
 
 def validate_number(
@@ -87,25 +97,46 @@ def validate_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
     return value
 
 
-def flatten_inputs(
-    logits: torch.Tensor, targets: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Check logits and targets and flatten dense predictions to one row per sample.
+def validate_ignore_index(value: object) -> int:
+    """Check the ``ignore_index`` of a loss and return it as an int.
 
-    Logits of shape (N, K, d1, ..., dm) become (N * d1 * ... * dm, K) (class axis last) and
-    targets of shape (N, d1, ..., dm) become (N * d1 * ... * dm,), so that every location of a
-    dense prediction counts as one sample. Float16 and bfloat16 logits are cast to float32, so the
-    squared margin penalties cannot overflow; the gradient flows back in the input dtype.
-
-    Target values are not range-checked (that would synchronise the GPU every step): they must lie
-    in [0, K); there is no ``ignore_index``, a negative target is an indexing error.
+    Any integer is accepted (``-100``, torch's default; ``255``, the boundary label of PASCAL VOC);
+    one in [0, K) makes that class count nowhere.
 
     Args:
-        logits: unnormalised scores, float, shape (N, K) or (N, K, *).
-        targets: class indices, int64, shape (N,) or (N, *), the logits' shape without axis 1.
+        value: the value to check; ``bool`` is rejected although it is an ``int``.
 
     Returns:
-        ``(logits_2d, targets_1d)`` of shapes (M, K) and (M,), M = N * prod(*).
+        ``int(value)``.
+
+    Raises:
+        TypeError: if ``value`` is not an integer (``int`` or NumPy integer), e.g. ``255.0``.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"`ignore_index` must be an int, got {type(value).__name__} {value!r}")
+    return int(value)
+
+
+def reshape_inputs(
+    logits: torch.Tensor, targets: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check logits and targets and reshape dense predictions to one row per location.
+
+    The first half of :func:`flatten_inputs`: every row is kept and target values are not
+    checked. Logits of shape (N, K, d1, ..., dm) become (N * d1 * ... * dm, K) (class axis last,
+    sample-major: the rows of sample i are ``i * L`` to ``(i + 1) * L - 1``, L = d1 * ... * dm)
+    and targets of shape (N, d1, ..., dm) become (N * d1 * ... * dm,). Float16 and bfloat16
+    logits are cast to float32, so the squared margin penalties cannot overflow; the gradient
+    flows back in the input dtype.
+
+    Args:
+        logits: unnormalised scores, float, shape (N, K) or (N, K, d1, ..., dm).
+        targets: class indices, int64, shape (N,) or (N, d1, ..., dm), the logits' shape without
+            axis 1.
+
+    Returns:
+        ``(logits_2d, targets_1d)`` of shapes (N * L, K) and (N * L,), L = d1 * ... * dm (1 for
+        2-D logits).
 
     Raises:
         TypeError: if an input is not a tensor, ``logits`` is not floating point or ``targets`` is
@@ -140,6 +171,90 @@ def flatten_inputs(
     if logits.dtype in _LOW_PRECISION:
         logits = logits.float()
     return logits, targets
+
+
+def kept_rows(targets: torch.Tensor, num_classes: int, ignore_index: int) -> torch.Tensor | None:
+    """Check target values and find the rows that count (target not ``ignore_index``).
+
+    One host synchronisation (range check and count together); removing rows needs one anyway.
+
+    Args:
+        targets: class indices, int64, shape (M,).
+        num_classes: K.
+        ignore_index: the target value of rows that count nowhere.
+
+    Returns:
+        Bool tensor (M,), True where ``targets != ignore_index``, or None when every row counts.
+
+    Raises:
+        ValueError: if a target is neither in [0, K) nor ``ignore_index``, e.g. "`targets` must
+            be class indices in [0, 4) or `ignore_index`=255, got 7".
+    """
+    keep = targets != ignore_index
+    outside = keep & ((targets < 0) | (targets >= num_classes))
+    num_outside, num_kept = torch.stack((outside.sum(), keep.sum())).tolist()
+    if num_outside:
+        bad = targets[outside][0].item()
+        raise ValueError(
+            f"`targets` must be class indices in [0, {num_classes}) or "
+            f"`ignore_index`={ignore_index}, got {bad}"
+        )
+    return None if num_kept == targets.numel() else keep
+
+
+def flatten_inputs(
+    logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = DEFAULT_IGNORE_INDEX
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check logits and targets, flatten dense predictions and drop the ignored locations.
+
+    Logits of shape (N, K, d1, ..., dm) become (N * d1 * ... * dm, K) (class axis last) and
+    targets of shape (N, d1, ..., dm) become (N * d1 * ... * dm,), so that every location of a
+    dense prediction counts as one sample (:func:`reshape_inputs`). Then the rows whose target
+    equals ``ignore_index`` are removed, for (N, K) inputs too, leaving M rows: a loss computed on
+    the result counts an ignored location nowhere (no term, no mean, no batch statistic), and its
+    gradient there is 0. M = 0 when every target is ignored; the losses then return
+    :func:`zero_loss`. Float16 and bfloat16 logits are cast to float32, so the squared margin
+    penalties cannot overflow; the gradient flows back in the input dtype.
+
+    Target values are checked (one host synchronisation per call, which removing rows needs
+    anyway): each must lie in [0, K) or equal ``ignore_index``.
+
+    Args:
+        logits: unnormalised scores, float, shape (N, K) or (N, K, d1, ..., dm).
+        targets: class indices, int64, shape (N,) or (N, d1, ..., dm), the logits' shape without
+            axis 1; values in [0, K) or ``ignore_index``.
+        ignore_index: target value of the locations that count nowhere. Defaults to ``-100``
+            (``torch.nn.CrossEntropyLoss``'s default).
+
+    Returns:
+        ``(logits_2d, targets_1d)`` of shapes (M, K) and (M,), M = the number of locations
+        (N * d1 * ... * dm) whose target is not ``ignore_index``; values in [0, K).
+
+    Raises:
+        TypeError: if an input is not a tensor, ``logits`` is not floating point or ``targets`` is
+            not int64.
+        ValueError: if ``logits`` has fewer than 2 dimensions, no sample or no class, the shape
+            of ``targets`` is not ``logits.shape[:1] + logits.shape[2:]`` (both shapes quoted), or
+            a target is neither in [0, K) nor ``ignore_index`` (the value quoted).
+    """
+    logits, targets = reshape_inputs(logits, targets)
+    keep = kept_rows(targets, logits.shape[1], ignore_index)
+    if keep is not None:
+        logits, targets = logits[keep], targets[keep]
+    return logits, targets
+
+
+def zero_loss(logits: torch.Tensor) -> torch.Tensor:
+    """The loss of a batch in which no location counts: 0, attached to ``logits``.
+
+    Args:
+        logits: the (0, K) rows left by :func:`flatten_inputs` (or any float tensor).
+
+    Returns:
+        Scalar zero tensor (``logits.sum() * 0``) that requires grad when ``logits`` does; its
+        gradient is 0 everywhere, never NaN.
+    """
+    return logits.sum() * 0.0
 
 
 def target_log_probs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -1,17 +1,21 @@
 """Likelihood-based classification losses: cross-entropy, label smoothing and focal losses.
 
 Every loss maps ``(logits, targets)`` to one scalar, the mean over samples (and over the
-locations of a dense prediction). Notation: ``z`` are the K logits of a sample, ``t`` its target
-class, ``p = softmax(z)`` and ``p_t`` the probability of the target.
+locations of a dense prediction); a location whose target is ``ignore_index`` counts nowhere, and
+a batch with every target ignored gives 0. Notation: ``z`` are the K logits of a sample, ``t``
+its target class, ``p = softmax(z)`` and ``p_t`` the probability of the target.
 """
 
 import torch
 from torch import nn
 
 from raysearch.losses._common import (
+    DEFAULT_IGNORE_INDEX,
     flatten_inputs,
     target_log_probs,
+    validate_ignore_index,
     validate_number,
+    zero_loss,
 )
 
 
@@ -19,13 +23,19 @@ class CrossEntropy(nn.Module):
     """Softmax cross-entropy (registry name ``ce``), the uncalibrated baseline.
 
     ``L = -(1/N) sum_i log p_{i, t_i}``, where ``log p_t = z_t - log sum_k exp(z_k)``; identical to
-    ``torch.nn.functional.cross_entropy`` with its defaults, except that no target is ignored.
+    ``torch.nn.functional.cross_entropy`` with its defaults (``ignore_index=-100`` included).
     This is the CE baseline of the MbLS and ACLS code (``nn.CrossEntropyLoss()``, batch mean);
     there is nothing to choose between, so there is no ``variant``. (Mukhoti et al.'s code sums
     over the batch instead; see :class:`FocalLoss` on sum versus mean.)
 
+    Args:
+        ignore_index (int, optional): keyword-only; target value of the locations that count
+            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
+            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
+
     Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K).
+        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
+        or ``ignore_index``.
         Every location of (N, K, *) logits counts as one sample.
 
     Returns:
@@ -33,27 +43,36 @@ class CrossEntropy(nn.Module):
 
     Raises:
         TypeError: in ``forward``, if ``logits`` is not floating point or ``targets`` not int64.
-        ValueError: in ``forward``, if the shapes do not match (both shapes quoted).
+        ValueError: in ``forward``, if the shapes do not match (both shapes quoted) or a
+            target is neither in [0, K) nor ``ignore_index``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, ignore_index: int = DEFAULT_IGNORE_INDEX) -> None:
         super().__init__()
+        self.ignore_index = validate_ignore_index(ignore_index)
+
+    def extra_repr(self) -> str:
+        """Return the hyperparameters shown by ``repr``."""
+        return f"ignore_index={self.ignore_index}"
 
     def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Compute the mean cross-entropy.
 
         Args:
             logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64.
+            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
 
         Returns:
             Scalar tensor, mean over samples.
 
         Raises:
             TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``.
+            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
+                neither in [0, K) nor ``ignore_index``.
         """
-        logits, targets = flatten_inputs(logits, targets)
+        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
+        if logits.shape[0] == 0:
+            return zero_loss(logits)
         return -target_log_probs(logits, targets).mean()
 
 
@@ -95,9 +114,13 @@ class LabelSmoothing(nn.Module):
     Args:
         epsilon (float, optional): smoothing weight in [0, 1). ``epsilon=0`` is plain
             cross-entropy. Defaults to ``0.05``.
+        ignore_index (int, optional): keyword-only; target value of the locations that count
+            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
+            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
 
     Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K).
+        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
+        or ``ignore_index``.
 
     Returns:
         Scalar tensor: the batch mean.
@@ -107,31 +130,35 @@ class LabelSmoothing(nn.Module):
         ValueError: if ``epsilon`` is not in [0, 1).
     """
 
-    def __init__(self, epsilon: float = 0.05) -> None:
+    def __init__(self, epsilon: float = 0.05, *, ignore_index: int = DEFAULT_IGNORE_INDEX) -> None:
         super().__init__()
+        self.ignore_index = validate_ignore_index(ignore_index)
         self.epsilon = validate_number(
             "epsilon", epsilon, minimum=0.0, maximum=1.0, maximum_inclusive=False
         )
 
     def extra_repr(self) -> str:
         """Return the hyperparameters shown by ``repr``."""
-        return f"epsilon={self.epsilon}"
+        return f"epsilon={self.epsilon}, ignore_index={self.ignore_index}"
 
     def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Compute the mean label-smoothed cross-entropy.
 
         Args:
             logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64.
+            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
 
         Returns:
             Scalar tensor, mean over samples.
 
         Raises:
             TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``.
+            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
+                neither in [0, K) nor ``ignore_index``.
         """
-        logits, targets = flatten_inputs(logits, targets)
+        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
+        if logits.shape[0] == 0:
+            return zero_loss(logits)
         log_probs = torch.log_softmax(logits, dim=1)
         nll = -log_probs.gather(1, targets.unsqueeze(1)).squeeze(1)
         uniform = -log_probs.mean(dim=1)
@@ -166,9 +193,13 @@ class FocalLoss(nn.Module):
     Args:
         gamma (float, optional): focusing parameter, >= 0. Defaults to ``3.0`` (the fixed-gamma
             setting of Mukhoti et al., FL-3, and of the MbLS/ACLS baselines).
+        ignore_index (int, optional): keyword-only; target value of the locations that count
+            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
+            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
 
     Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K).
+        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
+        or ``ignore_index``.
 
     Returns:
         Scalar tensor: the batch mean (not the sum of Mukhoti et al.'s code).
@@ -178,29 +209,33 @@ class FocalLoss(nn.Module):
         ValueError: if ``gamma`` < 0.
     """
 
-    def __init__(self, gamma: float = 3.0) -> None:
+    def __init__(self, gamma: float = 3.0, *, ignore_index: int = DEFAULT_IGNORE_INDEX) -> None:
         super().__init__()
+        self.ignore_index = validate_ignore_index(ignore_index)
         self.gamma = validate_number("gamma", gamma, minimum=0.0)
 
     def extra_repr(self) -> str:
         """Return the hyperparameters shown by ``repr``."""
-        return f"gamma={self.gamma}"
+        return f"gamma={self.gamma}, ignore_index={self.ignore_index}"
 
     def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Compute the mean focal loss.
 
         Args:
             logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64.
+            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
 
         Returns:
             Scalar tensor, mean over samples.
 
         Raises:
             TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``.
+            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
+                neither in [0, K) nor ``ignore_index``.
         """
-        logits, targets = flatten_inputs(logits, targets)
+        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
+        if logits.shape[0] == 0:
+            return zero_loss(logits)
         log_pt = target_log_probs(logits, targets)
         return -((-torch.expm1(log_pt)).pow(self.gamma) * log_pt).mean()
 
@@ -239,9 +274,13 @@ class FocalLossSD(nn.Module):
         gamma_high (float, optional): gamma of samples with ``p_t < threshold``, >= 0. Defaults
             to ``5.0``.
         gamma_low (float, optional): gamma of the other samples, >= 0. Defaults to ``3.0``.
+        ignore_index (int, optional): keyword-only; target value of the locations that count
+            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
+            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
 
     Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K).
+        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
+        or ``ignore_index``.
 
     Returns:
         Scalar tensor: the batch mean.
@@ -252,9 +291,15 @@ class FocalLossSD(nn.Module):
     """
 
     def __init__(
-        self, threshold: float = 0.2, gamma_high: float = 5.0, gamma_low: float = 3.0
+        self,
+        threshold: float = 0.2,
+        gamma_high: float = 5.0,
+        gamma_low: float = 3.0,
+        *,
+        ignore_index: int = DEFAULT_IGNORE_INDEX,
     ) -> None:
         super().__init__()
+        self.ignore_index = validate_ignore_index(ignore_index)
         self.threshold = validate_number("threshold", threshold, minimum=0.0, maximum=1.0)
         self.gamma_high = validate_number("gamma_high", gamma_high, minimum=0.0)
         self.gamma_low = validate_number("gamma_low", gamma_low, minimum=0.0)
@@ -262,7 +307,8 @@ class FocalLossSD(nn.Module):
     def extra_repr(self) -> str:
         """Return the hyperparameters shown by ``repr``."""
         return (
-            f"threshold={self.threshold}, gamma_high={self.gamma_high}, gamma_low={self.gamma_low}"
+            f"threshold={self.threshold}, gamma_high={self.gamma_high}, "
+            f"gamma_low={self.gamma_low}, ignore_index={self.ignore_index}"
         )
 
     def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -270,16 +316,19 @@ class FocalLossSD(nn.Module):
 
         Args:
             logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64.
+            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
 
         Returns:
             Scalar tensor, mean over samples.
 
         Raises:
             TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``.
+            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
+                neither in [0, K) nor ``ignore_index``.
         """
-        logits, targets = flatten_inputs(logits, targets)
+        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
+        if logits.shape[0] == 0:
+            return zero_loss(logits)
         log_pt = target_log_probs(logits, targets)
         with torch.no_grad():
             gamma = torch.where(

@@ -3,7 +3,9 @@
 Both add a regulariser on logit distances to the cross-entropy and return one scalar, the total
 objective ``CE + reg``; :meth:`terms` returns the two parts for logging. Notation: ``z`` are the K
 logits of a sample, ``yhat = argmax_k z_k`` its prediction, N the number of samples (every
-location of a dense (N, K, *) prediction counts as one sample).
+location of a dense (N, K, *) prediction counts as one sample, except those whose target is
+``ignore_index``, which count nowhere: N is the number of counted locations, and a batch with
+none gives 0).
 
 Variants: where a paper's equation and its authors' released code differ, ``variant="official"``
 (the DEFAULT) is the released code, which produced the published tables and whose scale the
@@ -16,10 +18,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from raysearch.losses._common import (
+    DEFAULT_IGNORE_INDEX,
     flatten_inputs,
     target_log_probs,
     validate_choice,
+    validate_ignore_index,
     validate_number,
+    zero_loss,
 )
 
 #: Variants of :class:`MarginLabelSmoothing`: the authors' released code (``"official"``, the
@@ -54,8 +59,9 @@ class MarginLabelSmoothing(nn.Module):
     gradient also flows through the max: an entry k with ``d_k > m`` pushes z_k up and the largest
     logit down. ``margin=0`` gives the linear penalty that the paper relates to label smoothing; a
     huge margin gives CE. Not implemented: the released code's optional alpha schedule (its
-    docstring: all the paper's results were obtained without it) and its ``ignore_index`` filtering
-    (no loss here ignores targets).
+    docstring: all the paper's results were obtained without it). Its ``ignore_index`` filtering
+    is reproduced: the rows of ignored targets are removed before both terms, so N counts the
+    other locations only.
 
     References:
         Liu, Ben Ayed, Galdran and Dolz, "The Devil is in the Margin: Margin-based Label
@@ -69,9 +75,13 @@ class MarginLabelSmoothing(nn.Module):
         variant (str, optional): ``"official"`` (the released code: mean over N * K entries) or
             ``"paper"`` (Eq. 7: sum over the K classes, mean over N). Defaults to
             ``"official"``.
+        ignore_index (int, optional): keyword-only; target value of the locations that count
+            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
+            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
 
     Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K).
+        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
+        or ``ignore_index``.
 
     Returns:
         Scalar tensor: CE (mean over the N samples) + alpha * penalty (mean over the N * K
@@ -83,22 +93,33 @@ class MarginLabelSmoothing(nn.Module):
             ``"official"`` or ``"paper"``.
     """
 
-    def __init__(self, margin: float = 10.0, alpha: float = 0.1, variant: str = "official") -> None:
+    def __init__(
+        self,
+        margin: float = 10.0,
+        alpha: float = 0.1,
+        variant: str = "official",
+        *,
+        ignore_index: int = DEFAULT_IGNORE_INDEX,
+    ) -> None:
         super().__init__()
+        self.ignore_index = validate_ignore_index(ignore_index)
         self.margin = validate_number("margin", margin, minimum=0.0)
         self.alpha = validate_number("alpha", alpha, minimum=0.0)
         self.variant = validate_choice("variant", variant, MBLS_VARIANTS)
 
     def extra_repr(self) -> str:
         """Return the hyperparameters shown by ``repr``."""
-        return f"margin={self.margin}, alpha={self.alpha}, variant={self.variant!r}"
+        return (
+            f"margin={self.margin}, alpha={self.alpha}, variant={self.variant!r}, "
+            f"ignore_index={self.ignore_index}"
+        )
 
     def terms(self, logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
         """Compute the two parts of the objective, for logging.
 
         Args:
             logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64.
+            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
 
         Returns:
             ``{"ce": mean cross-entropy, "reg": alpha * margin penalty}``, scalar tensors
@@ -106,9 +127,13 @@ class MarginLabelSmoothing(nn.Module):
 
         Raises:
             TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``.
+            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
+                neither in [0, K) nor ``ignore_index``.
         """
-        logits, targets = flatten_inputs(logits, targets)
+        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
+        if logits.shape[0] == 0:
+            zero = zero_loss(logits)
+            return {"ce": zero, "reg": zero}
         ce = -target_log_probs(logits, targets).mean()
         distances = logits.max(dim=1, keepdim=True).values - logits
         excess = F.relu(distances - self.margin)
@@ -123,7 +148,7 @@ class MarginLabelSmoothing(nn.Module):
 
         Args:
             logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64.
+            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
 
         Returns:
             Scalar tensor: CE (mean over samples) + alpha * penalty (normalised as the variant
@@ -131,7 +156,8 @@ class MarginLabelSmoothing(nn.Module):
 
         Raises:
             TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``.
+            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
+                neither in [0, K) nor ``ignore_index``.
         """
         parts = self.terms(logits, targets)
         return parts["ce"] + parts["reg"]
@@ -203,10 +229,13 @@ class ACLS(nn.Module):
             ``0.01``.
         variant (str, optional): ``"official"`` (the released code) or ``"paper"`` (Eq. 13 with
             the gradient of Eq. 12). Defaults to ``"official"``.
+        ignore_index (int, optional): keyword-only; target value of the locations that count
+            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
+            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
 
     Shape:
         logits: (N, K) or (N, K, *) float with K >= 2; targets: (N,) or (N, *) int64 with values
-        in [0, K).
+        in [0, K) or ``ignore_index``.
 
     Returns:
         Scalar tensor: CE (mean over the N samples) + lambda1 * first term (sum over the
@@ -225,8 +254,11 @@ class ACLS(nn.Module):
         lambda1: float = 0.1,
         lambda2: float = 0.01,
         variant: str = "official",
+        *,
+        ignore_index: int = DEFAULT_IGNORE_INDEX,
     ) -> None:
         super().__init__()
+        self.ignore_index = validate_ignore_index(ignore_index)
         self.margin = validate_number("margin", margin, minimum=0.0)
         self.lambda1 = validate_number("lambda1", lambda1, minimum=0.0)
         self.lambda2 = validate_number("lambda2", lambda2, minimum=0.0)
@@ -236,7 +268,7 @@ class ACLS(nn.Module):
         """Return the hyperparameters shown by ``repr``."""
         return (
             f"margin={self.margin}, lambda1={self.lambda1}, lambda2={self.lambda2}, "
-            f"variant={self.variant!r}"
+            f"variant={self.variant!r}, ignore_index={self.ignore_index}"
         )
 
     def terms(self, logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -244,7 +276,7 @@ class ACLS(nn.Module):
 
         Args:
             logits: unnormalised scores, (N, K) or (N, K, *) float, K >= 2.
-            targets: class indices, (N,) or (N, *) int64.
+            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
 
         Returns:
             ``{"ce": mean cross-entropy, "reg": lambda1 * first term + lambda2 * second term}``,
@@ -252,15 +284,19 @@ class ACLS(nn.Module):
 
         Raises:
             TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``, or K < 2.
+            ValueError: if the shape of ``targets`` does not match ``logits``, a target is
+                neither in [0, K) nor ``ignore_index``, or K < 2.
         """
-        logits, targets = flatten_inputs(logits, targets)
+        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
         num_samples, num_classes = logits.shape
         if num_classes < 2:
             raise ValueError(
                 f"ACLS needs K >= 2 classes (it averages over N * (K - 1) entries), got logits "
                 f"of shape {tuple(logits.shape)}"
             )
+        if num_samples == 0:
+            zero = zero_loss(logits)
+            return {"ce": zero, "reg": zero}
         ce = -target_log_probs(logits, targets).mean()
         if self.variant == "official":
             positive, negative = self._official_terms(logits)
@@ -296,7 +332,7 @@ class ACLS(nn.Module):
 
         Args:
             logits: unnormalised scores, (N, K) or (N, K, *) float, K >= 2.
-            targets: class indices, (N,) or (N, *) int64.
+            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
 
         Returns:
             Scalar tensor: CE (mean over samples) + lambda1 * first term (mean over N samples) +
@@ -304,7 +340,8 @@ class ACLS(nn.Module):
 
         Raises:
             TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``, or K < 2.
+            ValueError: if the shape of ``targets`` does not match ``logits``, a target is
+                neither in [0, K) nor ``ignore_index``, or K < 2.
         """
         parts = self.terms(logits, targets)
         return parts["ce"] + parts["reg"]

@@ -9,7 +9,14 @@ Notation: ``z`` are the K logits of a sample, ``t`` its target class, ``p = soft
 import torch
 from torch import nn
 
-from raysearch.losses._common import flatten_inputs, validate_number
+from raysearch.losses._common import (
+    DEFAULT_IGNORE_INDEX,
+    kept_rows,
+    reshape_inputs,
+    validate_ignore_index,
+    validate_number,
+    zero_loss,
+)
 
 
 class ObjectnessLabelSmoothing(nn.Module):
@@ -72,14 +79,20 @@ class ObjectnessLabelSmoothing(nn.Module):
         context_fraction (float, optional): share of training samples that the training loop
             turns into object-free context samples, in [0, 1). The paper's "+ Context" runs use
             about ``0.15``. Defaults to ``0.0``.
+        ignore_index (int, optional): keyword-only; target value of the locations that count
+            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
+            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
 
     Shape:
         logits: (N, K) or (N, K, *) float with K >= 2; targets: (N,) or (N, *) int64 with values
-        in [0, K); objectness: (N,) float in [0, 1], one value per sample (shared by every
-        location of a dense prediction); context: (N,) bool, optional.
+        in [0, K) or ``ignore_index``; objectness: (N,) float in [0, 1], one value per sample
+        (shared by every location of a dense prediction); context: (N,) bool, optional. Each
+        location gets its sample's objectness and context flag first, then the ignored ones are
+        removed with them: the mean runs over the other locations only.
 
     Returns:
-        Scalar tensor: the batch mean.
+        Scalar tensor: the batch mean over the locations whose target is not ``ignore_index``
+        (0 if there is none).
 
     Raises:
         TypeError: if a parameter is not a real number.
@@ -89,8 +102,15 @@ class ObjectnessLabelSmoothing(nn.Module):
     #: Read by the training loop: this loss takes ``objectness=`` per sample.
     needs_objectness = True
 
-    def __init__(self, beta: float = 1.0, context_fraction: float = 0.0) -> None:
+    def __init__(
+        self,
+        beta: float = 1.0,
+        context_fraction: float = 0.0,
+        *,
+        ignore_index: int = DEFAULT_IGNORE_INDEX,
+    ) -> None:
         super().__init__()
+        self.ignore_index = validate_ignore_index(ignore_index)
         self.beta = validate_number("beta", beta, minimum=0.0, maximum=1.0)
         self.context_fraction = validate_number(
             "context_fraction", context_fraction, minimum=0.0, maximum=1.0, maximum_inclusive=False
@@ -98,7 +118,10 @@ class ObjectnessLabelSmoothing(nn.Module):
 
     def extra_repr(self) -> str:
         """Return the hyperparameters shown by ``repr``."""
-        return f"beta={self.beta}, context_fraction={self.context_fraction}"
+        return (
+            f"beta={self.beta}, context_fraction={self.context_fraction}, "
+            f"ignore_index={self.ignore_index}"
+        )
 
     def soft_targets(
         self,
@@ -138,7 +161,7 @@ class ObjectnessLabelSmoothing(nn.Module):
 
         Args:
             logits: unnormalised scores, (N, K) or (N, K, *) float, K >= 2.
-            targets: class indices, (N,) or (N, *) int64.
+            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
             objectness: (N,) float in [0, 1], object area / image area of each sample's crop.
                 Required (``None`` raises).
             context: (N,) bool, True for object-free context samples (uniform label), or
@@ -152,24 +175,37 @@ class ObjectnessLabelSmoothing(nn.Module):
                 ``objectness`` is not a floating-point tensor or ``context`` not a bool tensor.
             ValueError: if ``objectness`` is missing, not of shape (N,), or has a value outside
                 [0, 1] (or NaN); if ``context`` is not of shape (N,); if K < 2; if the shape of
-                ``targets`` does not match ``logits``.
+                ``targets`` does not match ``logits``; if a target is neither in [0, K) nor
+                ``ignore_index``.
         """
         num_samples = logits.shape[0] if isinstance(logits, torch.Tensor) and logits.ndim else 0
-        flat_logits, flat_targets = flatten_inputs(logits, targets)
+        flat_logits, flat_targets = reshape_inputs(logits, targets)
         num_classes = flat_logits.shape[1]
         if num_classes < 2:
             raise ValueError(f"`logits` must have K >= 2 classes for 'als', got K={num_classes}")
         objectness = _check_objectness(objectness, num_samples)
         if context is not None:
             context = _check_context(context, num_samples)
+        keep = kept_rows(flat_targets, num_classes, self.ignore_index)
+        # one row per location, sample-major (reshape_inputs): sample i owns `locations` rows
         locations = flat_logits.shape[0] // num_samples
-        log_probs = torch.log_softmax(flat_logits, dim=1)
-        objectness = objectness.to(device=log_probs.device, dtype=log_probs.dtype)
+        objectness = objectness.to(device=flat_logits.device, dtype=flat_logits.dtype)
         if locations > 1:
             objectness = objectness.repeat_interleave(locations)
             context = None if context is None else context.repeat_interleave(locations)
         if context is not None:
-            context = context.to(log_probs.device)
+            context = context.to(flat_logits.device)
+        if keep is not None:
+            # drop the ignored locations together with their copies of the per-sample inputs
+            flat_logits, flat_targets, objectness = (
+                flat_logits[keep],
+                flat_targets[keep],
+                objectness[keep],
+            )
+            context = None if context is None else context[keep]
+        if flat_logits.shape[0] == 0:
+            return zero_loss(flat_logits)
+        log_probs = torch.log_softmax(flat_logits, dim=1)
         q = self.soft_targets(flat_targets, num_classes, objectness=objectness, context=context)
         return -(q * log_probs).sum(dim=1).mean()
 

@@ -1,14 +1,22 @@
 """Output-distribution penalties added to the cross-entropy: the confidence penalty.
 
 Every loss maps ``(logits, targets)`` to one scalar, the mean over samples (and over the locations
-of a dense prediction); :meth:`terms` returns the parts for logging. Notation: ``z`` are the K
+of a dense prediction; a location whose target is ``ignore_index`` counts nowhere, and a batch
+with none counted gives 0); :meth:`terms` returns the parts for logging. Notation: ``z`` are the K
 logits of a sample, ``t`` its target class, ``p = softmax(z)``.
 """
 
 import torch
 from torch import nn
 
-from raysearch.losses._common import flatten_inputs, validate_choice, validate_number
+from raysearch.losses._common import (
+    DEFAULT_IGNORE_INDEX,
+    flatten_inputs,
+    validate_choice,
+    validate_ignore_index,
+    validate_number,
+    zero_loss,
+)
 
 #: Variants of :class:`ConfidencePenalty`: the released code behind the published calibration
 #: numbers (``"official"``, the default) or Pereyra et al.'s objective as written (``"paper"``).
@@ -62,9 +70,13 @@ class ConfidencePenalty(nn.Module):
         variant (str, optional): ``"official"`` (entropy averaged over the N * K entries, i.e.
             beta / K per sample) or ``"paper"`` (per-sample entropy times beta). Defaults to
             ``"official"``.
+        ignore_index (int, optional): keyword-only; target value of the locations that count
+            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
+            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
 
     Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K).
+        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
+        or ``ignore_index``.
         Every location of (N, K, *) logits counts as one sample.
 
     Returns:
@@ -77,21 +89,28 @@ class ConfidencePenalty(nn.Module):
             ``"paper"``.
     """
 
-    def __init__(self, beta: float = 0.1, variant: str = "official") -> None:
+    def __init__(
+        self,
+        beta: float = 0.1,
+        variant: str = "official",
+        *,
+        ignore_index: int = DEFAULT_IGNORE_INDEX,
+    ) -> None:
         super().__init__()
+        self.ignore_index = validate_ignore_index(ignore_index)
         self.beta = validate_number("beta", beta, minimum=0.0)
         self.variant = validate_choice("variant", variant, ECP_VARIANTS)
 
     def extra_repr(self) -> str:
         """Return the hyperparameters shown by ``repr``."""
-        return f"beta={self.beta}, variant={self.variant!r}"
+        return f"beta={self.beta}, variant={self.variant!r}, ignore_index={self.ignore_index}"
 
     def terms(self, logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
         """Compute the parts of the objective, for logging.
 
         Args:
             logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64.
+            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
 
         Returns:
             ``{"ce": mean cross-entropy, "entropy": entropy term}``, scalar tensors attached to
@@ -101,9 +120,13 @@ class ConfidencePenalty(nn.Module):
 
         Raises:
             TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``.
+            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
+                neither in [0, K) nor ``ignore_index``.
         """
-        logits, targets = flatten_inputs(logits, targets)
+        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
+        if logits.shape[0] == 0:
+            zero = zero_loss(logits)
+            return {"ce": zero, "entropy": zero}
         log_probs = torch.log_softmax(logits, dim=1)
         nll = -log_probs.gather(1, targets.unsqueeze(1)).squeeze(1)
         plogp = -(log_probs.exp() * log_probs)
@@ -118,14 +141,15 @@ class ConfidencePenalty(nn.Module):
 
         Args:
             logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64.
+            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
 
         Returns:
             Scalar tensor, ``mean CE - beta * entropy term``.
 
         Raises:
             TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``.
+            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
+                neither in [0, K) nor ``ignore_index``.
         """
         parts = self.terms(logits, targets)
         return parts["ce"] - self.beta * parts["entropy"]

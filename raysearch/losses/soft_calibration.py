@@ -12,7 +12,9 @@ Notation (Karandikar et al., Sec. 3): ``p_i = softmax(z_i)`` over K classes, con
 y_i]`` (a constant: no gradient), entropy ``h_i = -sum_k p_ik log p_ik`` in nats. Every location
 of a dense (N, K, *) prediction counts as one sample. The secondary losses are batch statistics
 (bins, kernels, class frequencies over the batch), not means of per-sample terms, so their value
-depends on the batch size.
+depends on the batch size. A location whose target is ``ignore_index`` counts nowhere: its row is
+removed before the primary AND the secondary loss, so it is in no bin, kernel, count or class
+mean, and N counts the other locations only; a batch with none gives 0.
 
 Variants: where the paper's equations and the authors' released code differ, ``variant=
 "official"`` (the DEFAULT) is the released code, the form whose scale the published
@@ -42,7 +44,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from raysearch.losses._common import flatten_inputs, validate_choice, validate_number
+from raysearch.losses._common import (
+    DEFAULT_IGNORE_INDEX,
+    flatten_inputs,
+    validate_choice,
+    validate_ignore_index,
+    validate_number,
+    zero_loss,
+)
 from raysearch.losses.classification import CrossEntropy, FocalLoss
 
 #: Primary losses of :class:`SecondaryObjective` (``None`` is also accepted: no primary).
@@ -143,15 +152,17 @@ def _check_primary(primary: object, primary_params: object) -> tuple[str | None,
     return primary, params
 
 
-def _build_primary(primary: str | None, params: dict[str, object]) -> nn.Module | None:
+def _build_primary(
+    primary: str | None, params: dict[str, object], ignore_index: int
+) -> nn.Module | None:
     """The primary loss module (its own ``__init__`` validates the parameter values)."""
     if primary is None:
         return None
     if primary == "ce":
-        return CrossEntropy()
+        return CrossEntropy(ignore_index=ignore_index)
     if primary == "focal":
-        return FocalLoss(**params)
-    return BrierLoss()
+        return FocalLoss(**params, ignore_index=ignore_index)
+    return BrierLoss(ignore_index=ignore_index)
 
 
 # --------------------------------------------------------------------------------------------
@@ -420,35 +431,50 @@ class BrierLoss(nn.Module):
     :class:`SecondaryObjective` (Karandikar et al. cite Hui and Belkin, ICLR 2021, for the MSE
     primary; this class uses softmax probabilities, not raw logits).
 
+    Args:
+        ignore_index (int, optional): keyword-only; target value of the locations that count
+            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
+            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
+
     Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K).
+        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
+        or ``ignore_index``.
 
     Returns:
         Scalar tensor: the batch mean, in [0, 2].
 
     Raises:
         TypeError: in ``forward``, if ``logits`` is not floating point or ``targets`` not int64.
-        ValueError: in ``forward``, if the shapes do not match (both shapes quoted).
+        ValueError: in ``forward``, if the shapes do not match (both shapes quoted) or a
+            target is neither in [0, K) nor ``ignore_index``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, ignore_index: int = DEFAULT_IGNORE_INDEX) -> None:
         super().__init__()
+        self.ignore_index = validate_ignore_index(ignore_index)
+
+    def extra_repr(self) -> str:
+        """Return the hyperparameters shown by ``repr``."""
+        return f"ignore_index={self.ignore_index}"
 
     def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Compute the mean Brier score.
 
         Args:
             logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64.
+            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
 
         Returns:
             Scalar tensor, mean over samples of the sum over classes.
 
         Raises:
             TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``.
+            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
+                neither in [0, K) nor ``ignore_index``.
         """
-        logits, targets = flatten_inputs(logits, targets)
+        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
+        if logits.shape[0] == 0:
+            return zero_loss(logits)
         probs = torch.softmax(logits, dim=1)
         one_hot = F.one_hot(targets, probs.shape[1]).to(probs.dtype)
         return (probs - one_hot).square().sum(dim=1).mean()
@@ -474,9 +500,13 @@ class SecondaryObjective(nn.Module):
         primary_params (dict or None, optional): keyword parameters of the primary, e.g.
             ``{"gamma": 3.0}`` for focal; must be empty for None. Defaults to None (the primary's
             defaults).
+        ignore_index (int, optional): keyword-only; target value of the locations that count
+            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
+            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
 
     Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K).
+        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
+        or ``ignore_index``.
 
     Returns:
         Scalar tensor: PL (batch mean) + beta * SL (a batch statistic).
@@ -494,15 +524,21 @@ class SecondaryObjective(nn.Module):
         beta: float = 1.0,
         primary: str | None = "ce",
         primary_params: dict[str, float] | None = None,
+        *,
+        ignore_index: int = DEFAULT_IGNORE_INDEX,
     ) -> None:
         super().__init__()
+        self.ignore_index = validate_ignore_index(ignore_index)
         self.beta = _finite("beta", beta, minimum=0.0)
         self.primary, self.primary_params = _check_primary(primary, primary_params)
-        self.primary_loss = _build_primary(self.primary, self.primary_params)
+        self.primary_loss = _build_primary(self.primary, self.primary_params, self.ignore_index)
 
     def _primary_repr(self) -> str:
-        """``beta``, ``primary`` and ``primary_params`` for ``repr``."""
-        return f"beta={self.beta}, primary={self.primary!r}, primary_params={self.primary_params}"
+        """``beta``, ``primary``, ``primary_params`` and ``ignore_index`` for ``repr``."""
+        return (
+            f"beta={self.beta}, primary={self.primary!r}, primary_params={self.primary_params}, "
+            f"ignore_index={self.ignore_index}"
+        )
 
     def extra_repr(self) -> str:
         """Return the hyperparameters shown by ``repr``."""
@@ -513,7 +549,7 @@ class SecondaryObjective(nn.Module):
 
         Args:
             logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64.
+            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
 
         Returns:
             Scalar tensor.
@@ -528,7 +564,7 @@ class SecondaryObjective(nn.Module):
 
         Args:
             logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64.
+            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
 
         Returns:
             ``{"primary": PL, "secondary": SL (unscaled), "total": PL + beta * SL}``, scalar
@@ -537,10 +573,14 @@ class SecondaryObjective(nn.Module):
 
         Raises:
             TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits`` (or a subclass's
-                requirement on K fails).
+            ValueError: if the shape of ``targets`` does not match ``logits``, a target is
+                neither in [0, K) nor ``ignore_index`` (or a subclass's requirement on K
+                fails).
         """
-        logits, targets = flatten_inputs(logits, targets)
+        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
+        if logits.shape[0] == 0:
+            zero = zero_loss(logits)
+            return {"primary": zero, "secondary": zero, "total": zero}
         secondary = self.secondary(logits, targets)
         if self.primary_loss is None:
             return {"primary": secondary.new_zeros(()), "secondary": secondary, "total": secondary}
@@ -556,14 +596,15 @@ class SecondaryObjective(nn.Module):
 
         Args:
             logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64.
+            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
 
         Returns:
             Scalar tensor.
 
         Raises:
             TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``.
+            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
+                neither in [0, K) nor ``ignore_index``.
         """
         return self.terms(logits, targets)["total"]
 
@@ -641,9 +682,13 @@ class SoftBinnedECE(SecondaryObjective):
         variant (str, optional): ``"official"`` (released code), ``"paper"`` (Eq. 11-12), or
             the older names ``"caltrain"``, ``"caltrain_lb"``, ``"caltrain_bin"``. Defaults to
             ``"official"``.
+        ignore_index (int, optional): keyword-only; target value of the locations that count
+            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
+            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
 
     Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K).
+        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
+        or ``ignore_index``.
 
     Returns:
         Scalar tensor: PL (batch mean) + beta * SB-ECE of the batch (its square for the official
@@ -667,8 +712,12 @@ class SoftBinnedECE(SecondaryObjective):
         p: float = 2,
         binning: str = "lb",
         variant: str = OFFICIAL,
+        *,
+        ignore_index: int = DEFAULT_IGNORE_INDEX,
     ) -> None:
-        super().__init__(beta=beta, primary=primary, primary_params=primary_params)
+        super().__init__(
+            beta=beta, primary=primary, primary_params=primary_params, ignore_index=ignore_index
+        )
         self.n_bins = _positive_int("n_bins", n_bins)
         self.temperature = _positive("temperature", temperature)
         self.p = _finite("p", p, minimum=1.0)
@@ -699,16 +748,19 @@ class SoftBinnedECE(SecondaryObjective):
 
         Args:
             logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64.
+            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
 
         Returns:
             Scalar tensor.
 
         Raises:
             TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``.
+            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
+                neither in [0, K) nor ``ignore_index``.
         """
-        logits, targets = flatten_inputs(logits, targets)
+        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
+        if logits.shape[0] == 0:
+            return zero_loss(logits)
         _, confidence, accuracy = _confidence_and_accuracy(logits, targets)
         if self.variant == OFFICIAL and self.binning == "lb":
             return _caltrain_lb(
@@ -775,9 +827,13 @@ class SoftAvUC(SecondaryObjective):
             ``1.0`` (with ``kappa=0.5``, t is the identity).
         variant (str, optional): ``"official"`` (released code), ``"paper"`` (Eq. 15-16) or
             ``"caltrain"`` (= ``"official"``). Defaults to ``"official"``.
+        ignore_index (int, optional): keyword-only; target value of the locations that count
+            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
+            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
 
     Shape:
-        logits: (N, K) or (N, K, *) float with K >= 2; targets: (N,) or (N, *) int64.
+        logits: (N, K) or (N, K, *) float with K >= 2; targets: (N,) or (N, *) int64 with values
+        in [0, K) or ``ignore_index``.
 
     Returns:
         Scalar tensor: PL (batch mean) + beta * S-AvUC of the batch.
@@ -797,8 +853,12 @@ class SoftAvUC(SecondaryObjective):
         kappa: float = 0.5,
         temperature: float = 1.0,
         variant: str = OFFICIAL,
+        *,
+        ignore_index: int = DEFAULT_IGNORE_INDEX,
     ) -> None:
-        super().__init__(beta=beta, primary=primary, primary_params=primary_params)
+        super().__init__(
+            beta=beta, primary=primary, primary_params=primary_params, ignore_index=ignore_index
+        )
         self.kappa = _open_unit("kappa", kappa)
         self.temperature = _positive("temperature", temperature)
         self.variant = _canonical_variant(variant, AVUC_VARIANTS)
@@ -815,22 +875,25 @@ class SoftAvUC(SecondaryObjective):
 
         Args:
             logits: unnormalised scores, (N, K) or (N, K, *) float, K >= 2.
-            targets: class indices, (N,) or (N, *) int64.
+            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
 
         Returns:
             Scalar tensor.
 
         Raises:
             TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``, or K < 2.
+            ValueError: if the shape of ``targets`` does not match ``logits``, a target is
+                neither in [0, K) nor ``ignore_index``, or K < 2.
         """
-        logits, targets = flatten_inputs(logits, targets)
+        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
         num_classes = logits.shape[1]
         if num_classes < 2:
             raise ValueError(
                 f"S-AvUC needs K >= 2 classes (it normalises the entropy by log K), got logits "
                 f"of shape {tuple(logits.shape)}"
             )
+        if logits.shape[0] == 0:
+            return zero_loss(logits)
         probs, _, accuracy = _confidence_and_accuracy(logits, targets)
         if self.variant == OFFICIAL:
             entropy = _smoothed_entropy(probs)
@@ -893,9 +956,13 @@ class AvUC(SecondaryObjective):
             (0, log K)). Defaults to ``0.5``.
         variant (str, optional): ``"official"`` (released code), ``"paper"`` (Eq. 13-14) or
             ``"caltrain"`` (= ``"official"``). Defaults to ``"official"``.
+        ignore_index (int, optional): keyword-only; target value of the locations that count
+            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
+            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
 
     Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K).
+        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
+        or ``ignore_index``.
 
     Returns:
         Scalar tensor: PL (batch mean) + beta * AvUC of the batch.
@@ -916,8 +983,12 @@ class AvUC(SecondaryObjective):
         primary_params: dict[str, float] | None = None,
         kappa: float = 0.5,
         variant: str = OFFICIAL,
+        *,
+        ignore_index: int = DEFAULT_IGNORE_INDEX,
     ) -> None:
-        super().__init__(beta=beta, primary=primary, primary_params=primary_params)
+        super().__init__(
+            beta=beta, primary=primary, primary_params=primary_params, ignore_index=ignore_index
+        )
         self.kappa = _finite("kappa", kappa, minimum=0.0)
         self.variant = _canonical_variant(variant, AVUC_VARIANTS)
 
@@ -930,16 +1001,19 @@ class AvUC(SecondaryObjective):
 
         Args:
             logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64.
+            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
 
         Returns:
             Scalar tensor.
 
         Raises:
             TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``.
+            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
+                neither in [0, K) nor ``ignore_index``.
         """
-        logits, targets = flatten_inputs(logits, targets)
+        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
+        if logits.shape[0] == 0:
+            return zero_loss(logits)
         probs, confidence, accuracy = _confidence_and_accuracy(logits, targets)
         if self.stop_confidence_gradient:
             confidence = confidence.detach()
@@ -985,9 +1059,13 @@ class AvUCGS(AvUC):
         kappa (float, optional): entropy threshold in nats, finite, >= 0. Defaults to ``0.5``.
         variant (str, optional): ``"official"`` (released code), ``"paper"`` (App. F) or
             ``"caltrain"`` (= ``"official"``). Defaults to ``"official"``.
+        ignore_index (int, optional): keyword-only; target value of the locations that count
+            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
+            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
 
     Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K).
+        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
+        or ``ignore_index``.
 
     Returns:
         Scalar tensor: PL (batch mean) + beta * AvUC of the batch.
@@ -1120,9 +1198,13 @@ class MMCE(SecondaryObjective):
             ``0.4``.
         variant (str, optional): ``"official"`` (released code) or ``"paper"`` (the root).
             Defaults to ``"official"``.
+        ignore_index (int, optional): keyword-only; target value of the locations that count
+            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
+            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
 
     Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K).
+        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
+        or ``ignore_index``.
 
     Returns:
         Scalar tensor: PL (batch mean) + beta * secondary term of the batch.
@@ -1141,8 +1223,12 @@ class MMCE(SecondaryObjective):
         weighted: bool = False,
         kernel_width: float = 0.4,
         variant: str = OFFICIAL,
+        *,
+        ignore_index: int = DEFAULT_IGNORE_INDEX,
     ) -> None:
-        super().__init__(beta=beta, primary=primary, primary_params=primary_params)
+        super().__init__(
+            beta=beta, primary=primary, primary_params=primary_params, ignore_index=ignore_index
+        )
         if not isinstance(weighted, bool):
             raise TypeError(f"`weighted` must be a bool, got {type(weighted).__name__}")
         self.weighted = weighted
@@ -1161,16 +1247,19 @@ class MMCE(SecondaryObjective):
 
         Args:
             logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64.
+            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
 
         Returns:
             Scalar tensor.
 
         Raises:
             TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``.
+            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
+                neither in [0, K) nor ``ignore_index``.
         """
-        logits, targets = flatten_inputs(logits, targets)
+        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
+        if logits.shape[0] == 0:
+            return zero_loss(logits)
         _, confidence, correct = _confidence_and_accuracy(logits, targets)
         kernel = torch.exp(
             -(confidence.unsqueeze(1) - confidence.unsqueeze(0)).abs() / self.kernel_width
@@ -1213,9 +1302,13 @@ class MDCA(SecondaryObjective):
         primary (str or None, optional): ``"ce"``, ``"focal"``, ``"mse"`` or None. Defaults to
             ``"ce"``.
         primary_params (dict or None, optional): parameters of the primary. Defaults to None.
+        ignore_index (int, optional): keyword-only; target value of the locations that count
+            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
+            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
 
     Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K).
+        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
+        or ``ignore_index``.
 
     Returns:
         Scalar tensor: PL (batch mean) + beta * MDCA of the batch.
@@ -1230,16 +1323,19 @@ class MDCA(SecondaryObjective):
 
         Args:
             logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64.
+            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
 
         Returns:
             Scalar tensor.
 
         Raises:
             TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``.
+            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
+                neither in [0, K) nor ``ignore_index``.
         """
-        logits, targets = flatten_inputs(logits, targets)
+        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
+        if logits.shape[0] == 0:
+            return zero_loss(logits)
         probs = torch.softmax(logits, dim=1)
         frequencies = F.one_hot(targets, probs.shape[1]).to(probs.dtype).mean(dim=0)
         return (probs.mean(dim=0) - frequencies).abs().mean()
