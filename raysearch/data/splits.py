@@ -20,6 +20,7 @@ from torch.utils.data import Dataset
 
 __all__ = [
     "OFFICIAL_VAL_FRACTION",
+    "TASKS",
     "DatasetError",
     "DatasetSplits",
     "carve_validation",
@@ -30,6 +31,9 @@ __all__ = [
     "stratified_split_indices",
     "three_way_split",
 ]
+
+#: Values of :attr:`DatasetSplits.task`.
+TASKS = ("classification", "segmentation")
 
 #: Default share of an official training split carved out as validation (CIFAR: 5,000 of 50,000).
 OFFICIAL_VAL_FRACTION = 0.1
@@ -46,11 +50,14 @@ class DatasetSplits:
         train: training split, a map-style ``Dataset`` of ``(x float32 (C, H, W), y int)``
             (``digits``: a ``TensorDataset``; in-memory image sets: an
             :class:`~raysearch.data.images.ImageTensorDataset` that augments;
-            ``imagefolder``: an :class:`~raysearch.data.images.ImageFileDataset`).
+            ``imagefolder``: an :class:`~raysearch.data.images.ImageFileDataset`; segmentation
+            sets: a :class:`~raysearch.data.segmentation.SegmentationDataset` of
+            ``(x float32 (3, S, S), y int64 (S, S))``).
         val: validation split (same layout, never augmented); used for per-epoch metrics and
             model selection.
         test: test split (same layout, never augmented); evaluated once after training.
-        num_classes: number of classes K; labels are in [0, K).
+        num_classes: number of classes K; labels are in [0, K) (segmentation: or
+            `ignore_index`).
         input_shape: (C, H, W) of one sample as the model receives it.
         name: dataset name in the registry.
         class_names: name of class i at position i, or ``None`` when unknown.
@@ -59,6 +66,15 @@ class DatasetSplits:
             (the value used), and with a long tail ``imbalance_ratio`` and ``class_counts``
             (comma-separated per-class training counts before the validation carve, class 0
             first).
+        task: ``"classification"`` (the default: one label per sample, items ``(x, y int)``) or
+            ``"segmentation"`` (one label per pixel, items ``(x float32 (3, S, S), y int64
+            (S, S))``, see :mod:`raysearch.data.segmentation`).
+        ignore_index: target value that marks pixels to leave out of the loss and the metrics
+            (``255`` for the segmentation datasets: VOC object boundaries, void and padding), or
+            ``None`` when every target counts (classification).
+
+    Raises:
+        ValueError: if `task` is neither ``"classification"`` nor ``"segmentation"``.
     """
 
     train: Dataset
@@ -69,6 +85,12 @@ class DatasetSplits:
     name: str
     class_names: list[str] | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    task: str = "classification"
+    ignore_index: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f"`task` must be one of {', '.join(TASKS)}, got {self.task!r}")
 
 
 class DatasetError(ValueError):

@@ -37,8 +37,10 @@ def test_registry():
         "fashion_mnist",
         "imagefolder",
         "mnist",
+        "segfolder",
         "svhn",
         "tiny_imagenet",
+        "voc",
     ]
 
 
