@@ -105,6 +105,13 @@ def tracking_options(func: Callable) -> Callable:
 @click.option("--val-fraction", default=None, type=float,
               help="Validation share carved (stratified) from the training split "
                    "[default: 0.1 for datasets with a test split, 0.2 of all for digits].")
+@click.option("--crop-size", default=None, type=click.IntRange(min=16), metavar="S",
+              help="Segmentation datasets (voc, segfolder): training crop and evaluation canvas "
+                   "side [default: the space's, else 512].")
+@click.option("--pretrained-backbone", default=None, metavar="PATH",
+              type=click.Path(dir_okay=False),
+              help="A local torchvision state-dict file for a segmentation model's backbone "
+                   "(e.g. ImageNet ResNet-50 weights), loaded with weights_only=True.")
 @click.option("--imbalance-ratio", default=None, type=float, metavar="RHO",
               help="Long-tailed training set: n_i = n_max * RHO^(-i/(K-1)) images of class i.")
 @click.option("--gpus-per-trial", default=0.0, show_default=True, type=float,
@@ -177,7 +184,8 @@ def tracking_options(func: Callable) -> Callable:
 @friendly_errors
 def sweep(ctx: click.Context, space: str | None, resume: str | None, dataset: str,
           data_dir: str | None, download: bool, model: str | None,
-          val_fraction: float | None, imbalance_ratio: float | None, gpus_per_trial: float,
+          val_fraction: float | None, crop_size: int | None, pretrained_backbone: str | None,
+          imbalance_ratio: float | None, gpus_per_trial: float,
           cpus_per_trial: float, precision: str, workers_per_trial: int,
           gpus_per_worker: float, cpus_per_worker: float, shift_eval: bool, shift_samples: int,
           num_samples: int, repeats: int, selection: str,
@@ -225,7 +233,8 @@ def sweep(ctx: click.Context, space: str | None, resume: str | None, dataset: st
         precision=precision, download=download, val_fraction=val_fraction,
         imbalance_ratio=imbalance_ratio, shift_eval=shift_eval, shift_samples=shift_samples,
         workers_per_trial=workers_per_trial, gpus_per_worker=gpus_per_worker,
-        cpus_per_worker=cpus_per_worker, max_failures=max_failures, fault_epoch=fault_drill)
+        cpus_per_worker=cpus_per_worker, max_failures=max_failures, fault_epoch=fault_drill,
+        crop_size=crop_size, pretrained_backbone=pretrained_backbone)
     settings.validate()
     loaded = load_space(space)
     result = run_sweep(loaded, settings, progress=_echo)
@@ -333,30 +342,35 @@ def report(name: str, show_all: bool, tolerance: float | None, calibrated: str |
     n_complete = int(frame["complete"].sum()) if not frame.empty else 0
     which = f" after {calibrated}" if calibrated else ""
     repeats = int(parent.data.params.get("repeats", 1))
+    acc = parent.data.params.get("accuracy_metric", "accuracy")
+    acc_name = "mIoU" if acc == "miou" else "accuracy"
     if repeats > 1:
         rule = selection or parent.data.params.get("selection", "mean")
         bound = "mean + 1 SEM of" if rule == "robust" else "mean"
         click.echo(f"sweep {name} (run {parent.info.run_id}, {parent.info.status}): "
                    f"{len(frame)} configurations x {repeats} seeds, {n_complete} complete; "
                    f"rule ({rule}): lowest {bound} val_{ece_metric}{which} within {tol:g} of "
-                   "the best mean val accuracy")
+                   f"the best mean val {acc_name}")
     else:
         click.echo(f"sweep {name} (run {parent.info.run_id}, {parent.info.status}): "
                    f"{len(frame)} trials, {n_complete} complete; rule: lowest "
-                   f"val_{ece_metric}{which} within {tol:g} of the best val accuracy")
-    click.echo(_pareto_table(frame, show_all=show_all, suffix=suffix, metric=ece_metric))
+                   f"val_{ece_metric}{which} within {tol:g} of the best val {acc_name}")
+    click.echo(_pareto_table(frame, show_all=show_all, suffix=suffix, metric=ece_metric,
+                             accuracy=acc))
     if plot:
         from raysearch import plots
 
-        shown = frame[frame["on_front"] | (frame["complete"] & frame["val_accuracy"].notna())]
+        acc_col = f"val_{acc}"
+        shown = frame[frame["on_front"] | (frame["complete"] & frame[acc_col].notna())]
         sel = [i for i, s in enumerate(shown["selected"]) if s]
         ece_col = f"val_{ece_metric}{suffix}"
-        bars = ({"accuracy_sem": shown["val_accuracy_sem"], "ece_sem": shown[ece_col + "_sem"]}
-                if "val_accuracy_sem" in shown and ece_col + "_sem" in shown else {})
-        plots.pareto_plot(shown["val_accuracy"], shown[ece_col],
+        bars = ({"accuracy_sem": shown[acc_col + "_sem"], "ece_sem": shown[ece_col + "_sem"]}
+                if acc_col + "_sem" in shown and ece_col + "_sem" in shown else {})
+        plots.pareto_plot(shown[acc_col], shown[ece_col],
                           shown["on_front"], plot, selected=sel[0] if sel else None,
                           groups=list(shown["method"].astype(str)), title=f"sweep {name}",
-                          ece_label=f"validation ECE{which}", **bars)
+                          ece_label=f"validation ECE{which}",
+                          accuracy_label=f"validation {acc_name}", **bars)
         click.echo(f"wrote {plot}")
     sel = frame[frame["selected"]] if not frame.empty else frame
     if len(sel):
@@ -799,19 +813,23 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def _pareto_table(frame: Any, show_all: bool = False, suffix: str = "",
-                  metric: str = "ece") -> str:
+                  metric: str = "ece", accuracy: str | None = None) -> str:
     if frame is None or frame.empty:
         return "(no trials)"
     rows = frame if show_all else frame[frame["on_front"]]
     if rows.empty:
         return "(no complete trial on the Pareto front)"
-    cols = ["val_accuracy", f"val_{metric}{suffix}", "test_accuracy", f"test_{metric}{suffix}"]
-    if "val_accuracy" in rows and cols[1] in rows:
-        rows = rows.sort_values(["val_accuracy", cols[1]], ascending=[False, True])
+    if accuracy is None:  # segmentation trials log val_miou
+        accuracy = "miou" if "val_miou" in rows else "accuracy"
+    cols = [f"val_{accuracy}", f"val_{metric}{suffix}", f"test_{accuracy}",
+            f"test_{metric}{suffix}"]
+    if cols[0] in rows and cols[1] in rows:
+        rows = rows.sort_values([cols[0], cols[1]], ascending=[False, True])
     tag = f" ({suffix[1:]})" if suffix else ""
     label = "ECE" if metric == "ece" else metric
-    header = ["trial", "method", "hyperparameters", "val acc", f"val {label}{tag}", "test acc",
-              f"test {label}{tag}", ""]
+    acc = "mIoU" if accuracy == "miou" else "acc"
+    header = ["trial", "method", "hyperparameters", f"val {acc}", f"val {label}{tag}",
+              f"test {acc}", f"test {label}{tag}", ""]
     repeated = "n_seeds" in rows
     if repeated:
         header.insert(3, "seeds")
@@ -830,7 +848,8 @@ def _pareto_table(frame: Any, show_all: bool = False, suffix: str = "",
     out = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
     out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
             for r in lines]
-    title = "all trials" if show_all else "Pareto front (validation accuracy vs. validation ECE)"
+    what = "mIoU" if accuracy == "miou" else "accuracy"
+    title = "all trials" if show_all else f"Pareto front (validation {what} vs. validation ECE)"
     if "n_seeds" in frame:
         title += ", mean ± SEM over seeds (percent points)"
     return title + "\n" + "\n".join(out)
@@ -852,6 +871,11 @@ def _describe(row: Any) -> str:
     if row.get("n_seeds") == row.get("n_seeds") and row.get("n_seeds") is not None:
         n = int(row["n_seeds"])
         seeds = f" | mean ± SEM over {n} seeds" if n != 1 else " | 1 complete seed"
+    miou = row.get("val_miou")
+    if miou is not None and miou == miou:  # a segmentation trial
+        return (f"{row['trial']} {row.get('method', '')} {_hp_text(row)} | val mIoU "
+                f"{show('val_miou')} pixel ECE {show('val_ece')} | test mIoU "
+                f"{show('test_miou')} pixel ECE {show('test_ece')}{seeds}")
     return (f"{row['trial']} {row.get('method', '')} {_hp_text(row)} | val acc "
             f"{show('val_accuracy')} ECE {show('val_ece')} | test acc "
             f"{show('test_accuracy')} ECE {show('test_ece')}{seeds}")

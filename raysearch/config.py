@@ -18,7 +18,7 @@ import yaml
 #: Training hyperparameters a search space may sample or fix (besides the loss parameters).
 TRAIN_KEYS = ("model", "epochs", "batch_size", "lr", "momentum", "weight_decay", "interleaved",
               "interleave_fraction", "schedule", "milestones", "lr_decay", "warmup_epochs",
-              "nesterov", "mixup_alpha", "cutmix_alpha")
+              "nesterov", "mixup_alpha", "cutmix_alpha", "crop_size")
 
 #: Learning-rate schedules of :attr:`RunConfig.schedule`.
 SCHEDULES = ("cosine", "multistep", "constant")
@@ -70,6 +70,11 @@ class RunConfig:
         mixup_alpha: MixUp (Zhang et al. 2018) with lambda ~ Beta(alpha, alpha) per batch; 0 off.
         cutmix_alpha: CutMix (Yun et al. 2019) with lambda ~ Beta(alpha, alpha); 0 off. With
             both > 0 each batch uses one of the two, chosen with probability 0.5.
+        crop_size: side of the square training crops and evaluation canvases of a segmentation
+            dataset (``voc``, ``segfolder``; >= 16; the papers' 512); unused otherwise.
+        pretrained_backbone: a local torchvision state-dict file loaded into a segmentation
+            model's backbone (``weights_only=True``; e.g. ImageNet ResNet-50 weights, as the
+            papers start from); None: random initialisation.
     """
 
     method: str = "ce"
@@ -97,6 +102,8 @@ class RunConfig:
     nesterov: bool = False
     mixup_alpha: float = 0.0
     cutmix_alpha: float = 0.0
+    crop_size: int = 512
+    pretrained_backbone: str | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -111,7 +118,7 @@ class RunConfig:
             raise ValueError(f"`method` must be a non-empty string, got {self.method!r}")
         if not isinstance(self.loss_params, dict):
             raise ValueError(f"`loss_params` must be a mapping, got {self.loss_params!r}")
-        for name in ("epochs", "batch_size", "seed", "ece_bins", "warmup_epochs"):
+        for name in ("epochs", "batch_size", "seed", "ece_bins", "warmup_epochs", "crop_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 if isinstance(value, float) and value.is_integer():
@@ -141,6 +148,11 @@ class RunConfig:
         self.interleave_fraction = float(self.interleave_fraction)
         if self.seed < 0:
             raise ValueError(f"`seed` must be >= 0, got {self.seed}")
+        if self.crop_size < 16:
+            raise ValueError(f"`crop_size` must be >= 16, got {self.crop_size}")
+        if self.pretrained_backbone is not None and not isinstance(self.pretrained_backbone, str):
+            raise ValueError("`pretrained_backbone` must be a file path or null, got "
+                             f"{self.pretrained_backbone!r}")
         if self.data_seed is not None and (isinstance(self.data_seed, bool) or not isinstance(
                 self.data_seed, int) or self.data_seed < 0):
             raise ValueError(f"`data_seed` must be an integer >= 0 or null, got {self.data_seed!r}")

@@ -308,3 +308,73 @@ def shift_plot(
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+#: ImageNet normalisation of the segmentation transforms, undone to show the images.
+_IMAGENET_MEAN = np.array([0.485, 0.456, 0.406])
+_IMAGENET_STD = np.array([0.229, 0.224, 0.225])
+
+
+def _voc_palette(n: int = 256) -> np.ndarray:
+    """The PASCAL VOC colour map (bit-interleaved class ids), (n, 3) floats in [0, 1]."""
+    colours = np.zeros((n, 3))
+    for i in range(n):
+        c, r, g, b = i, 0, 0, 0
+        for j in range(8):
+            r |= ((c >> 0) & 1) << (7 - j)
+            g |= ((c >> 1) & 1) << (7 - j)
+            b |= ((c >> 2) & 1) << (7 - j)
+            c >>= 3
+        colours[i] = (r, g, b)
+    return colours / 255.0
+
+
+def confidence_maps(
+    images: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+    path: str | Path,
+    *,
+    title: str = "",
+    ignore_index: int = 255,
+) -> Path:
+    """Image | ground truth | prediction | confidence, one row per image (MbLS Fig. 3 (a)).
+
+    Args:
+        images: ``(image float (3, H, W) normalised with the ImageNet mean/std, ground truth
+            int (H, W), prediction int (H, W), confidence float (H, W) in [0, 1])`` per row.
+        path: output PNG path.
+        title: figure title.
+        ignore_index: the ground-truth label drawn white (VOC's object boundaries).
+
+    Returns:
+        The path written.
+
+    Raises:
+        ValueError: if `images` is empty.
+    """
+    if not images:
+        raise ValueError("confidence maps of no image")
+    palette = _voc_palette()
+    rows = len(images)
+    fig, axes = plt.subplots(rows, 4, figsize=(9.6, 2.5 * rows), squeeze=False)
+    shown = None
+    for r, (image, truth, pred, conf) in enumerate(images):
+        rgb = np.clip(np.transpose(image, (1, 2, 0)) * _IMAGENET_STD + _IMAGENET_MEAN, 0, 1)
+        gt = palette[np.clip(truth, 0, 255)]
+        gt[truth == ignore_index] = 1.0
+        panels = (rgb, gt, palette[np.clip(pred, 0, 255)])
+        for c, panel in enumerate(panels):
+            axes[r, c].imshow(panel, interpolation="nearest")
+        shown = axes[r, 3].imshow(conf, cmap="viridis", vmin=0.0, vmax=1.0,
+                                  interpolation="nearest")
+        for c, name in enumerate(("image", "ground truth", "prediction", "confidence")):
+            axes[r, c].set_xticks([])
+            axes[r, c].set_yticks([])
+            if r == 0:
+                axes[r, c].set_title(name, fontsize=9)
+    fig.colorbar(shown, ax=axes[:, 3].tolist(), fraction=0.05, pad=0.02)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    path = Path(path)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

@@ -126,6 +126,10 @@ class SweepSettings:
             (`address` set, or a Ray Job), else 0. A diverged trial is never retried.
         fault_epoch: a fault drill for testing a cluster's retry path: the first attempt of
             every trial raises after reporting this epoch (see ``run_trial``); None: never.
+        crop_size: training crop / evaluation canvas side of a segmentation dataset (``voc``,
+            ``segfolder``); None: the space's or RunConfig's 512.
+        pretrained_backbone: a local torchvision state-dict file for a segmentation model's
+            backbone (``weights_only=True``); None: random initialisation.
     """
 
     num_samples: int = 8
@@ -164,6 +168,8 @@ class SweepSettings:
     cpus_per_worker: float = 1.0
     max_failures: int | None = None
     fault_epoch: int | None = None
+    crop_size: int | None = None
+    pretrained_backbone: str | None = None
     extra_overrides: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -243,10 +249,25 @@ class SweepSettings:
             raise ValueError(f"Unknown calibrator '{unknown[0]}' in `posthoc`; available: "
                              f"{', '.join(available_calibrators())}")
 
+    @property
+    def accuracy_metric(self) -> str:
+        """The accuracy axis of the front and the rule: ``miou`` for a segmentation dataset."""
+        from raysearch.data import dataset_task
+
+        return "miou" if dataset_task(self.dataset) == "segmentation" else "accuracy"
+
+    @property
+    def accuracy_key(self) -> str:
+        """``val_<accuracy_metric>``: ``val_accuracy``, or ``val_miou`` for segmentation."""
+        return f"val_{self.accuracy_metric}"
+
     def objective_metrics(self) -> tuple[Any, Any]:
-        """The searcher's metric(s) and mode(s): :data:`OBJECTIVES` with the chosen ECE."""
+        """The searcher's metric(s) and mode(s).
+
+        :data:`OBJECTIVES` with the chosen ECE, and mIoU instead of accuracy for segmentation.
+        """
         metric, mode = OBJECTIVES[self.objective]
-        swap = {"val_ece": self.ece_key}
+        swap = {"val_ece": self.ece_key, "val_accuracy": self.accuracy_key}
         if isinstance(metric, list):
             return [swap.get(m, m) for m in metric], mode
         return swap.get(metric, metric), mode
@@ -258,13 +279,14 @@ class SweepSettings:
 
     def selection_rule(self) -> str:
         """The rule in words (the parent run's ``selection_rule`` param)."""
+        acc = self.accuracy_key
         if self.repeats == 1:
-            return (f"lowest {self.ece_key} within {self.tolerance} of the best val_accuracy")
+            return f"lowest {self.ece_key} within {self.tolerance} of the best {acc}"
         if self.selection == "robust":
             return (f"lowest mean + 1 SEM of {self.ece_key} over {self.repeats} seeds among "
-                    f"configurations within {self.tolerance} of the best mean val_accuracy")
+                    f"configurations within {self.tolerance} of the best mean {acc}")
         return (f"lowest mean {self.ece_key} over {self.repeats} seeds within {self.tolerance} "
-                "of the best mean val_accuracy")
+                f"of the best mean {acc}")
 
     @property
     def ece_key(self) -> str:
@@ -297,7 +319,9 @@ class SweepSettings:
                "data_dir": _absolute(self.data_dir), **self.extra_overrides}
         if self.epochs is not None:
             out["epochs"] = self.epochs
-        for key in ("model", "val_fraction", "imbalance_ratio"):
+        if self.pretrained_backbone is not None:
+            out["pretrained_backbone"] = _absolute(self.pretrained_backbone)
+        for key in ("model", "val_fraction", "imbalance_ratio", "crop_size"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         return out
@@ -413,13 +437,19 @@ def prepare_data(space: SearchSpace, settings: SweepSettings,
     import torch
 
     from raysearch.data import load_dataset
-    from raysearch.models import build_model
+    from raysearch.models import build_model, is_segmentation_model
 
     if settings.download:
         say(f"checking {settings.dataset} in {settings.data_dir} (downloading what is missing)")
+    segmentation = settings.accuracy_metric == "miou"
+    extra: dict[str, Any] = {}
+    if segmentation:  # every mask is checked once here, before Ray starts
+        crops = space.train_values("crop_size")
+        extra = {"crop_size": settings.crop_size or (crops[0] if crops else RunConfig().crop_size),
+                 "verify": True}
     data = load_dataset(settings.dataset, seed=settings.seed, val_fraction=settings.val_fraction,
                         data_dir=_absolute(settings.data_dir), download=settings.download,
-                        imbalance_ratio=settings.imbalance_ratio)
+                        imbalance_ratio=settings.imbalance_ratio, **extra)
     default_model = RunConfig().model
     if settings.shift_eval and importlib.util.find_spec("imagecorruptions") is None:
         raise ValueError("--shift-eval needs the image corruptions package: "
@@ -431,8 +461,27 @@ def prepare_data(space: SearchSpace, settings: SweepSettings,
     models = [settings.model] if settings.model else (space.train_values("model")
                                                       or [default_model])
     for model in models:
+        dense_model = is_segmentation_model(model)
+        if segmentation and not dense_model:
+            raise ValueError(f"--dataset {settings.dataset} is a segmentation dataset: choose a "
+                             f"segmentation --model (deeplabv3_resnet50, deeplabv3_resnet101, "
+                             f"deeplabv3_resnet34, fcn_resnet50, lraspp_mobilenet_v3_large), "
+                             f"not '{model}'")
+        if not segmentation and dense_model:
+            raise ValueError(f"--model {model} is a segmentation model: it needs a segmentation "
+                             "--dataset (voc, segfolder)")
         with torch.device("meta"):  # names and shapes only: no memory, no initialisation cost
             build_model(model, num_classes=data.num_classes, input_shape=data.input_shape)
+    if settings.pretrained_backbone is not None:
+        from raysearch.models import load_backbone_weights
+
+        path = _absolute(settings.pretrained_backbone)
+        if not segmentation:
+            raise ValueError("--pretrained-backbone applies to segmentation models")
+        if not Path(path).is_file():
+            raise ValueError(f"--pretrained-backbone {path}: no such file")
+        load_backbone_weights(build_model(models[0], num_classes=data.num_classes,
+                                          input_shape=data.input_shape), path)
     return data
 
 
@@ -625,6 +674,7 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
         "posthoc": ",".join(settings.posthoc) or "none",
         "selection_rule": settings.selection_rule(), "ece_metric": settings.ece_metric,
         "repeats": settings.repeats, "selection": settings.selection,
+        "accuracy_metric": settings.accuracy_metric,
         "model": settings.model or "space", "gpus_per_trial": settings.gpus_per_trial,
         "cpus_per_trial": settings.cpus_per_trial, "precision": settings.precision,
         "workers_per_trial": settings.workers_per_trial, "max_failures": max_failures,
@@ -797,7 +847,8 @@ def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
             callback.close()  # flush the queued MLflow writes before selecting
         frame = tracking.finalize_sweep(client, parent_id, tolerance=settings.tolerance,
                                         ece_key=settings.ece_key, status=status,
-                                        selection=settings.selection)
+                                        selection=settings.selection,
+                                        accuracy_key=settings.accuracy_key)
     selected = None
     if not frame.empty and frame["selected"].any():
         selected = frame[frame["selected"]].iloc[0]

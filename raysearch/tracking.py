@@ -119,7 +119,7 @@ def run_params(cfg: RunConfig) -> dict[str, Any]:
     # the rest only where it differs from the default, so digits runs keep their short list
     for key in ("data_seed", "val_fraction", "test_fraction", "imbalance_ratio", "schedule",
                 "milestones", "lr_decay", "warmup_epochs", "nesterov", "mixup_alpha",
-                "cutmix_alpha"):
+                "cutmix_alpha", "crop_size", "pretrained_backbone"):
         value = getattr(cfg, key)
         if value != _RUN_DEFAULTS[key]:
             params[key] = value
@@ -741,10 +741,16 @@ class MlflowSweepCallback(tune.Callback):
             head = "?"
         total = f"/{self.total}" if self.total else ""
         scores = ""
-        if "val_accuracy" in result and "val_ece" in result:
+        if "val_miou" in result and "val_ece" in result:  # segmentation
+            scores = (f" val mIoU {100 * result['val_miou']:.2f}%"
+                      f" pixel ECE {100 * result['val_ece']:.2f}%")
+        elif "val_accuracy" in result and "val_ece" in result:
             scores = (f" val acc {100 * result['val_accuracy']:.2f}%"
                       f" ECE {100 * result['val_ece']:.2f}%")
-        if "test_accuracy" in result and result.get(COMPLETED):
+        if "test_miou" in result and result.get(COMPLETED):
+            scores += (f" | test mIoU {100 * result['test_miou']:.2f}%"
+                       f" pixel ECE {100 * result['test_ece']:.2f}%")
+        elif "test_accuracy" in result and result.get(COMPLETED):
             scores += (f" | test acc {100 * result['test_accuracy']:.2f}%"
                        f" ECE {100 * result['test_ece']:.2f}%")
         retries = book.retries.get(trial.trial_id, 0)
@@ -1001,7 +1007,8 @@ def load_sweep(client: MlflowClient, name: str, experiment: str | None = None,
     `tolerance` and `selection` (:data:`SELECTIONS`) default to the ones the sweep ran with;
     `ece_key` is the validation ECE the front and the selection use (``val_ece_ts`` for the
     post-TS ECE). A repeated sweep's table has one row per configuration (means, ``_mean`` and
-    ``_sem`` columns, ``n_seeds``).
+    ``_sem`` columns, ``n_seeds``). The accuracy axis is the sweep's ``accuracy_metric`` param
+    (``val_miou`` for a segmentation sweep).
 
     Raises:
         ValueError: if the sweep is unknown.
@@ -1015,7 +1022,9 @@ def load_sweep(client: MlflowClient, name: str, experiment: str | None = None,
                          "calibrator (--posthoc)")
     if selection is None:
         selection = parent.data.params.get("selection", "mean")
-    frame = annotate_selection(frame, tolerance=tolerance, ece_key=ece_key, selection=selection)
+    accuracy_key = f"val_{parent.data.params.get('accuracy_metric', 'accuracy')}"
+    frame = annotate_selection(frame, tolerance=tolerance, ece_key=ece_key, selection=selection,
+                               accuracy_key=accuracy_key)
     return parent, frame, tolerance
 
 

@@ -55,8 +55,13 @@ SHIFT_TABLE = "shift.csv"
 SHIFT_PLOT = "shift.png"
 #: Reliability diagram of the test set, drawn by the trial, in its final checkpoint.
 RELIABILITY_PLOT = "reliability.png"
+#: Segmentation trials: per-class IoU (validation and test) and the confidence maps of a few
+#: validation images (image | ground truth | prediction | confidence, as MbLS Fig. 3).
+CLASS_IOU = "class_iou.csv"
+CONFIDENCE_PLOT = "confidence_maps.png"
 #: Files of the final checkpoint that the tracking callback attaches to the trial's run.
-ARTIFACT_FILES = (LOGITS_FILE, RELIABILITY_PLOT, SHIFT_TABLE, SHIFT_PLOT)
+ARTIFACT_FILES = (LOGITS_FILE, RELIABILITY_PLOT, SHIFT_TABLE, SHIFT_PLOT, CLASS_IOU,
+                  CONFIDENCE_PLOT)
 #: Result key holding the ID of the Ray node that trained (rank 0's node in a DDP trial).
 NODE_ID = "node_id"
 #: Result key, in every report of an attempt that resumed from a checkpoint: the epoch of that
@@ -323,7 +328,7 @@ def _train_and_report(cfg: RunConfig, resume_bytes: bytes | None, options: dict[
     try:
         data = load_dataset(cfg.dataset, seed=cfg.split_seed, val_fraction=cfg.val_fraction,
                             test_fraction=cfg.test_fraction, data_dir=cfg.data_dir,
-                            imbalance_ratio=cfg.imbalance_ratio)
+                            imbalance_ratio=cfg.imbalance_ratio, **dataset_options(cfg))
         result = fit(cfg, on_epoch=on_epoch, resume=resume, device=device,
                      precision=options["precision"], num_workers=num_workers, data=data,
                      distributed=agree is not None)
@@ -390,6 +395,8 @@ def _tune_report(metrics: dict[str, Any], files: Path | dict[str, bytes] | None)
 def _final_report(result: Any, cfg: RunConfig, test: Any, last_state: dict[str, Any],
                   options: dict[str, Any], out: Path) -> dict[str, Any]:
     """The last report's metrics; writes state.pt, logits.parquet (and shift files) to `out`."""
+    if getattr(result, "task", "classification") == "segmentation":
+        return _final_report_dense(result, cfg, last_state, options, out)
     posthoc = options["posthoc"]
     bins = reliability_bins(softmax(result.test_logits), result.test_labels, n_bins=cfg.ece_bins)
     final = {
@@ -421,6 +428,54 @@ def _final_report(result: Any, cfg: RunConfig, test: Any, last_state: dict[str, 
         final.update({k: v for k, v in halves.as_metrics("val").items() if k.count("_") >= 2})
     if options["shift_set"]:
         final.update(_shift_eval(result, cfg, test, options["shift_set"], posthoc, out))
+    return final
+
+
+def dataset_options(cfg: RunConfig) -> dict[str, Any]:
+    """Extra :func:`raysearch.data.load_dataset` arguments of `cfg`'s dataset.
+
+    ``crop_size`` for a segmentation dataset; none otherwise.
+    """
+    from raysearch.data import dataset_task
+
+    return {"crop_size": cfg.crop_size} if dataset_task(cfg.dataset) == "segmentation" else {}
+
+
+def _final_report_dense(result: Any, cfg: RunConfig, last_state: dict[str, Any],
+                        options: dict[str, Any], out: Path) -> dict[str, Any]:
+    """A segmentation trial's last report: pixel reliability bins, IoU table, confidence maps.
+
+    No logits file (a VOC split has hundreds of millions of pixels); temperature scaling was
+    fitted in :func:`raysearch.training.fit` on a validation pixel sample and measured on all
+    test pixels (``test_*_ts``), whatever `posthoc` asks for.
+    """
+    import pandas as pd
+
+    from raysearch import plots
+
+    dense = result.dense
+    bins = dense["test_bins"]
+    final = {
+        "epoch": cfg.epochs,
+        **result.metrics,
+        COMPLETED: True,
+        RELIABILITY: {
+            "edges": [float(e) for e in bins.edges],
+            "counts": [int(c) for c in bins.counts],
+            "accuracy": _nan_to_none(float(a) for a in bins.accuracy),
+            "confidence": _nan_to_none(float(c) for c in bins.confidence),
+        },
+    }
+    torch.save(last_state, out / _CKPT_FILE)
+    _draw_reliability(final, out / RELIABILITY_PLOT, options.get("trial_id", "trial"))
+    pd.DataFrame({"class": dense["class_names"], "val_iou": dense["val_iou"],
+                  "test_iou": dense["test_iou"]}).to_csv(out / CLASS_IOU, index=False)
+    if dense["images"]:
+        try:
+            plots.confidence_maps(dense["images"], out / CONFIDENCE_PLOT,
+                                  title=f"{options.get('trial_id', 'trial')}: validation images")
+        except Exception as exc:  # noqa: BLE001 (a plot must never fail the trial)
+            logging.getLogger(__name__).warning("confidence maps not drawn: %s", exc)
     return final
 
 

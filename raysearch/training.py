@@ -160,6 +160,15 @@ class TrainResult:
         val_labels: int64 (N_val,) validation labels.
         test_logits: float32 (N_test, K) logits on the test split.
         test_labels: int64 (N_test,) test labels.
+        task: ``"classification"`` or ``"segmentation"``. For segmentation the logits fields
+            hold a seeded sample of valid *pixels* (``val_*``: the temperature-scaling sample,
+            :data:`raysearch.dense.TS_SAMPLE_PIXELS`; ``test_*``: empty), and `dense` holds
+            what the trial logs: ``temperature`` (fitted on the validation sample),
+            ``test_bins`` (reliability bins of all valid test pixels), ``val_iou`` and
+            ``test_iou`` (per-class IoU, NaN for classes absent from both prediction and
+            labels), ``class_names`` and ``images`` (validation images with ground truth,
+            prediction and confidence, for the confidence maps).
+        dense: see `task`; None for classification.
     """
 
     metrics: dict[str, float]
@@ -169,6 +178,8 @@ class TrainResult:
     val_labels: np.ndarray
     test_logits: np.ndarray
     test_labels: np.ndarray
+    task: str = "classification"
+    dense: dict[str, Any] | None = None
 
 
 class DivergedError(RuntimeError):
@@ -235,7 +246,7 @@ def fit(
             hold out a stratified part.
         TypeError: if `distributed` is not a bool or None.
     """
-    from raysearch.data import load_dataset
+    from raysearch.data import dataset_task, load_dataset
     from raysearch.losses import build_loss
     from raysearch.models import build_model
 
@@ -260,17 +271,31 @@ def fit(
             test_fraction=cfg.test_fraction,
             data_dir=cfg.data_dir,
             imbalance_ratio=cfg.imbalance_ratio,
+            **({"crop_size": cfg.crop_size} if dataset_task(cfg.dataset) == "segmentation"
+               else {}),
         )
     if ddp is not None:
         ddp.check_sizes(cfg.batch_size, data)
-    model = build_model(cfg.model, num_classes=data.num_classes, input_shape=data.input_shape)
+    dense = getattr(data, "task", "classification") == "segmentation"
+    ignore = getattr(data, "ignore_index", None) if dense else None
+    extra = ({"pretrained_backbone": cfg.pretrained_backbone}
+             if getattr(cfg, "pretrained_backbone", None) else {})
+    model = build_model(cfg.model, num_classes=data.num_classes, input_shape=data.input_shape,
+                        **extra)
+    if dense and getattr(model, "task", None) != "segmentation":
+        raise ValueError(f"dataset {data.name!r} is a segmentation dataset: choose a "
+                         f"segmentation model (e.g. deeplabv3_resnet50), not {cfg.model!r}")
+    if not dense and getattr(model, "task", None) == "segmentation":
+        raise ValueError(f"model {cfg.model!r} is a segmentation model: it needs a segmentation "
+                         "dataset (voc, segfolder)")
     if ddp is not None and device.type == "cuda":
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model.to(device)
     if amp.channels_last:
         model.to(memory_format=torch.channels_last)
     if loss is None:
-        loss = build_loss(cfg.method, **cfg.loss_params)
+        loss = (build_loss(cfg.method, ignore_index=ignore, **cfg.loss_params)
+                if ignore is not None else build_loss(cfg.method, **cfg.loss_params))
     loss_fn = loss.to(device)
     needs_objectness = bool(getattr(loss_fn, "needs_objectness", False))
     interleaved = bool(getattr(cfg, "interleaved", False))
@@ -278,6 +303,10 @@ def fit(
         _check_interleavable(loss_fn, cfg.method, needs_objectness)
         fraction = _interleave_fraction(cfg)
     mixer = _make_mixer(cfg, data.num_classes)
+    if dense and (needs_objectness or interleaved or mixer is not None):
+        what = ("an objectness loss" if needs_objectness else "interleaved training"
+                if interleaved else "MixUp/CutMix")
+        raise ValueError(f"{what} is not available for segmentation (method {cfg.method!r})")
     if mixer is not None and (needs_objectness or interleaved):
         what = "an objectness loss" if needs_objectness else "interleaved training"
         raise ValueError(f"MixUp/CutMix (mixup_alpha/cutmix_alpha > 0) cannot be combined with "
@@ -345,14 +374,21 @@ def fit(
             order = torch.randperm(train_source.n, generator=generator)
             metrics = _train_epoch(
                 model, loss_fn, guard, train_source.batches(order, cfg.batch_size, augment, ddp),
-                train_source.n, amp, mixer=mixer, ddp=ddp,
+                train_source.n, amp, mixer=mixer, ddp=ddp, ignore_index=ignore,
             )
         guard.check()
         scheduler.step()
         if ddp is not None:
             ddp.sync_buffers(net)
-        val_logits, val_y = _predict_source(net, val_source, amp, ddp=ddp)
-        metrics.update(_summary(val_logits, val_y, "val", cfg.ece_bins, f"after epoch {epoch}"))
+        if dense:
+            val_eval = _dense_eval(net, val_source, amp, data, cfg, f"after epoch {epoch}",
+                                   final=epoch == cfg.epochs)
+            metrics.update(_dense_metrics(val_eval.meters[0], "val"))
+            val_logits = val_eval
+        else:
+            val_logits, val_y = _predict_source(net, val_source, amp, ddp=ddp)
+            metrics.update(_summary(val_logits, val_y, "val", cfg.ece_bins,
+                                    f"after epoch {epoch}"))
         if on_epoch is not None:
             state = {
                 "epoch": epoch,
@@ -364,6 +400,9 @@ def fit(
             on_epoch(epoch, dict(metrics), state)
 
     epochs_completed = max(cfg.epochs, start_epoch - 1)
+    if dense:
+        return _finish_dense(net, val_logits, val_source, data, cfg, amp, metrics,
+                             epochs_completed, num_workers, start_epoch)
     if val_logits is None:  # resumed after the last epoch: nothing trained, evaluate again
         val_logits, val_y = _predict_source(net, val_source, amp, ddp=ddp)
         after = f"resumed after epoch {start_epoch - 1}"
@@ -817,8 +856,12 @@ def _train_epoch(
     side: dict[str, Tensor] | None = None,
     mixer: Callable[[Tensor, Tensor], tuple[Tensor, Tensor, Tensor]] | None = None,
     ddp: _Dist | None = None,
+    ignore_index: int | None = None,
 ) -> dict[str, float]:
     """One pass over `batches`; returns ``train_loss`` and ``train_accuracy``.
+
+    For dense targets (segmentation masks) the accuracy is over the pixels whose label is not
+    `ignore_index`.
 
     ``side`` holds per-sample keyword inputs of the loss (``objectness``, ``context``), indexed
     like the dataset and passed batch by batch. With `mixer` the accuracy is against the
@@ -827,6 +870,7 @@ def _train_epoch(
     """
     loss_sum = torch.zeros((), dtype=torch.float64, device=amp.device)
     correct = torch.zeros((), dtype=torch.int64, device=amp.device)
+    counted = torch.zeros((), dtype=torch.int64, device=amp.device)
     for batch, (xb, yb, index, *rest) in enumerate(batches, start=1):
         if mixer is not None and len(yb):
             xb, lam, partner = mixer(xb, yb)
@@ -842,17 +886,31 @@ def _train_epoch(
                 loss = loss_fn(logits, yb)
         guard.step(loss, batch, share=(len(yb), rest[0]) if rest else None)
         loss_sum += loss.detach().double() * len(yb)
-        correct += (logits.detach().argmax(dim=1) == yb).sum()
-    return _train_metrics(loss_sum, correct, n, ddp)
+        hit = logits.detach().argmax(dim=1) == yb
+        if ignore_index is not None and yb.ndim > 1:  # dense targets: valid pixels only
+            valid = yb != ignore_index
+            correct += (hit & valid).sum()
+            counted += valid.sum()
+        else:
+            correct += hit.sum()
+            counted += hit.numel()
+    return _train_metrics(loss_sum, correct, n, ddp, counted=counted)
 
 
 def _train_metrics(
-    loss_sum: Tensor, correct: Tensor, n: int, ddp: _Dist | None
+    loss_sum: Tensor, correct: Tensor, n: int, ddp: _Dist | None, counted: Tensor | None = None
 ) -> dict[str, float]:
-    """``train_loss`` and ``train_accuracy`` from the sums of one epoch (all ranks' in DDP)."""
+    """``train_loss`` and ``train_accuracy`` from the sums of one epoch (all ranks' in DDP).
+
+    `counted` is the number of predictions the accuracy is over (pixels for dense targets);
+    None: `n`.
+    """
     if ddp is not None:
         loss_sum, correct = ddp.all_sum(loss_sum), ddp.all_sum(correct)
-    return {"train_loss": loss_sum.item() / n, "train_accuracy": correct.item() / n}
+        if counted is not None:
+            counted = ddp.all_sum(counted)
+    total = n if counted is None else max(int(counted.item()), 1)
+    return {"train_loss": loss_sum.item() / n, "train_accuracy": correct.item() / total}
 
 
 def _forward(model: nn.Module, x: Tensor, amp: _Amp) -> Tensor:
@@ -1052,3 +1110,87 @@ def _summary(
     probs = softmax(_numpy_logits(logits))
     summary = calibration_summary(probs, labels.cpu().numpy(), n_bins=n_bins)
     return {f"{split}_{key}": float(summary[key]) for key in SUMMARY_KEYS}
+
+
+#: Metrics of a segmentation split (:class:`raysearch.metrics.CalibrationMeter`), logged as
+#: ``{split}_{key}``; the calibrated (temperature-scaled) ones as ``test_{key}_ts``.
+DENSE_KEYS = ("accuracy", "miou", "ece", "aece", "cece", "mce", "nll", "brier", "ece_released")
+_DENSE_TS_KEYS = ("accuracy", "ece", "aece", "cece", "mce", "nll", "brier")
+
+
+def _dense_eval(net: nn.Module, source: _Source, amp: _Amp, data: DatasetSplits,
+                cfg: RunConfig, after: str, *, final: bool,
+                temperatures: tuple[float, ...] = (1.0,)) -> Any:
+    """Stream a segmentation split through `net` (:func:`raysearch.dense.evaluate_dense`).
+
+    With `final` it also keeps the temperature-scaling pixel sample and the confidence-map
+    images. Batches of ``cfg.batch_size`` images; every DDP rank evaluates the whole split.
+
+    Raises:
+        DivergedError: if the logits are not finite (`after` says when).
+    """
+    from raysearch.dense import KEEP_IMAGES, TS_SAMPLE_PIXELS, evaluate_dense
+
+    order = torch.arange(source.n)
+    batches = ((xb, yb) for xb, yb, _ in source.batches(order, cfg.batch_size, None))
+    try:
+        return evaluate_dense(
+            net, batches, num_classes=data.num_classes, ignore_index=data.ignore_index,
+            n_bins=cfg.ece_bins, temperatures=temperatures,
+            sample_pixels=TS_SAMPLE_PIXELS if final else 0,
+            keep_images=KEEP_IMAGES if final else 0, seed=cfg.split_seed, prepare=amp.prepare)
+    except ValueError as exc:
+        if "not finite" in str(exc):
+            raise DivergedError(f"the model's logits are not finite ({after})") from None
+        raise
+
+
+def _dense_metrics(meter: Any, split: str, suffix: str = "",
+                   keys: tuple[str, ...] = DENSE_KEYS) -> dict[str, float]:
+    """``{split}_{key}{suffix}`` of a meter's :meth:`compute` (the keys it has)."""
+    values = meter.compute()
+    return {f"{split}_{k}{suffix}": float(values[k]) for k in keys if k in values}
+
+
+def _finish_dense(net: nn.Module, val_eval: Any, val_source: _Source, data: DatasetSplits,
+                  cfg: RunConfig, amp: _Amp, metrics: dict[str, float], epochs_completed: int,
+                  num_workers: int, start_epoch: int) -> TrainResult:
+    """The end of a segmentation run: TS fitted on a validation pixel sample, then the test pass.
+
+    The test pass feeds two meters at once (T = 1 and the fitted T); the result holds what the
+    trial logs (:class:`TrainResult`, ``dense``).
+    """
+    from raysearch.dense import fit_temperature, split_sample
+    from raysearch.metrics import CalibrationMeter, softmax
+
+    if val_eval is None or not len(val_eval.sample_labels):
+        # resumed after the last epoch (nothing trained): evaluate the final model again
+        val_eval = _dense_eval(net, val_source, amp, data, cfg,
+                               f"resumed after epoch {start_epoch - 1}", final=True)
+        metrics.update(_dense_metrics(val_eval.meters[0], "val"))
+    logits, labels = val_eval.sample_logits, val_eval.sample_labels
+    temperature = fit_temperature(logits, labels)
+    # an honest validation score of TS: fitted on one half of the pixel sample, measured on
+    # the other (as classification trials do with their validation logits)
+    fit_half, eval_half = split_sample(labels, cfg.split_seed)
+    t_half = fit_temperature(logits[fit_half], labels[fit_half])
+    half = CalibrationMeter(data.num_classes, n_bins=cfg.ece_bins)
+    if len(eval_half):
+        half.update(softmax(logits[eval_half] / t_half), labels[eval_half])
+        metrics.update(_dense_metrics(half, "val", "_ts", _DENSE_TS_KEYS))
+    test_source = _Source(data.test, amp.device, num_workers=num_workers)
+    test_eval = _dense_eval(net, test_source, amp, data, cfg, f"after epoch {epochs_completed}",
+                            final=False, temperatures=(1.0, temperature))
+    metrics.update(_dense_metrics(test_eval.meters[0], "test"))
+    metrics.update(_dense_metrics(test_eval.meters[1], "test", "_ts", _DENSE_TS_KEYS))
+    metrics["val_ts_temperature"] = temperature
+    net.eval()
+    k = data.num_classes
+    dense = {"temperature": temperature, "test_bins": test_eval.meters[0].reliability_bins(),
+             "val_iou": val_eval.meters[0].iou(), "test_iou": test_eval.meters[0].iou(),
+             "class_names": list(data.class_names or [str(i) for i in range(k)]),
+             "images": val_eval.images}
+    return TrainResult(metrics=metrics, epochs_completed=epochs_completed, model=net,
+                       val_logits=logits, val_labels=labels,
+                       test_logits=np.zeros((0, k), np.float32),
+                       test_labels=np.zeros(0, np.int64), task="segmentation", dense=dense)
