@@ -1097,18 +1097,24 @@ def _estimators(logits: Tensor, labels: Tensor, split: str, n_bins: int) -> dict
 def _summary(
     logits: Tensor, labels: Tensor, split: str, n_bins: int, after: str
 ) -> dict[str, float]:
-    """``{split}_{metric}`` from :func:`raysearch.metrics.calibration_summary`.
+    """``{split}_{metric}`` of :class:`raysearch.metrics.CalibrationMeter` on a split's logits.
+
+    The same numbers as :func:`raysearch.metrics.calibration_summary` (to float rounding).
 
     Raises:
         DivergedError: if a logit is NaN or infinite (`after` says when, for the message).
     """
-    from raysearch.metrics import calibration_summary, softmax
+    from raysearch.metrics import CalibrationMeter, softmax
 
     if not torch.isfinite(logits).all():
         # the last optimizer step blew the weights up: the loss was finite, the model is not
         raise DivergedError(f"the model's {split} logits are not finite ({after})")
-    probs = softmax(_numpy_logits(logits))
-    summary = calibration_summary(probs, labels.cpu().numpy(), n_bins=n_bins)
+    # the same streaming meter as segmentation trials (one update: the split's logits fit in
+    # memory); equal to raysearch.metrics.calibration_summary to float rounding
+    meter = CalibrationMeter(int(logits.shape[1]), n_bins=n_bins,
+                             aece_samples=max(int(labels.shape[0]), 1))  # exact adaptive ECE
+    meter.update(softmax(_numpy_logits(logits)), labels.cpu().numpy())
+    summary = meter.compute()
     return {f"{split}_{key}": float(summary[key]) for key in SUMMARY_KEYS}
 
 

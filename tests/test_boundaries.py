@@ -11,7 +11,8 @@ SCIENCE = ["raysearch.losses", "raysearch.metrics", "raysearch.data", "raysearch
            "raysearch.training", "raysearch.config", "raysearch.selection", "raysearch.posthoc",
            "raysearch.calibration", "raysearch.reproduce", "raysearch.shift",
            "raysearch.data.images", "raysearch.data.vision", "raysearch.models.resnet",
-           "raysearch.models.torchvision_models"]
+           "raysearch.models.torchvision_models", "raysearch.dense", "raysearch.repeats",
+           "raysearch.data.segmentation", "raysearch.models.segmentation"]
 FORBIDDEN = ["ray", "mlflow", "optuna", "matplotlib", "raysearch.cli"]
 
 
