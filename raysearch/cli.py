@@ -884,7 +884,8 @@ def _describe(row: Any) -> str:
 def _metrics_line(metrics: dict[str, float]) -> str:
     parts = []
     for split in ("val", "test"):
-        parts.append(f"{split}: acc {_pct(metrics.get(f'{split}_accuracy'))} "
+        miou = f"mIoU {_pct(metrics[f'{split}_miou'])} " if f"{split}_miou" in metrics else ""
+        parts.append(f"{split}: {miou}acc {_pct(metrics.get(f'{split}_accuracy'))} "
                      f"ECE {_pct(metrics.get(f'{split}_ece'))} "
                      f"AECE {_pct(metrics.get(f'{split}_aece'))} "
                      f"NLL {metrics.get(f'{split}_nll', float('nan')):.4f}")

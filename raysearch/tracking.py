@@ -1170,7 +1170,11 @@ def train_and_log(cfg: RunConfig, *, tracking_uri: str | None = None,
 
     def on_epoch(epoch: int, metrics: dict[str, float], state: dict) -> None:
         log_metrics(client, run_id, _numeric_metrics(metrics), epoch)
-        if progress is not None:
+        if progress is not None and "val_miou" in metrics:
+            progress(f"epoch {epoch}/{cfg.epochs}: val mIoU {100 * metrics['val_miou']:.2f}% "
+                     f"pixel acc {100 * metrics['val_accuracy']:.2f}% "
+                     f"ECE {100 * metrics['val_ece']:.2f}%")
+        elif progress is not None:
             progress(f"epoch {epoch}/{cfg.epochs}: val acc {100 * metrics['val_accuracy']:.2f}%"
                      f" ECE {100 * metrics['val_ece']:.2f}%")
 
@@ -1185,7 +1189,11 @@ def train_and_log(cfg: RunConfig, *, tracking_uri: str | None = None,
     finally:
         torch.set_num_threads(threads)
     log_metrics(client, run_id, _numeric_metrics(result.metrics), cfg.epochs)
-    bins = reliability_bins(softmax(result.test_logits), result.test_labels, n_bins=cfg.ece_bins)
+    if result.task == "segmentation":  # pixel bins, from the streaming meter
+        bins = result.dense["test_bins"]
+    else:
+        bins = reliability_bins(softmax(result.test_logits), result.test_labels,
+                                n_bins=cfg.ece_bins)
     log_reliability(client, run_id, {"edges": bins.edges, "counts": bins.counts,
                                      "accuracy": bins.accuracy, "confidence": bins.confidence},
                     f"{run_name or run_id}  test ECE {100 * result.metrics['test_ece']:.2f}%")

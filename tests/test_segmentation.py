@@ -146,6 +146,17 @@ def test_voc_sweep_selects_on_miou(ray_session, tmp_path, sqlite_uri):
     pick = rows[select_best(rows, accuracy="val_miou", ece="val_ece", tolerance=0.01)]["name"]
     selected = parent.data.tags["raysearch.selected_run"]
     assert client.get_run(selected).info.run_name == pick
+    # the exported config trains again with `raysearch train` to the trial's numbers
+    best = tmp_path / "best.yaml"
+    assert _cli("export", "voc", "-o", str(best), "--tracking-uri", sqlite_uri).exit_code == 0
+    again = _cli("train", str(best), "--tracking-uri", sqlite_uri)
+    assert again.exit_code == 0, again.output
+    assert "val: mIoU" in again.output
+    rerun = client.search_runs([exp.experiment_id], max_results=1,
+                               order_by=["attributes.start_time DESC"])[0]
+    trial = client.get_run(selected)
+    for key in ("val_miou", "val_ece", "test_miou", "test_ece"):
+        assert rerun.data.metrics[key] == pytest.approx(trial.data.metrics[key], abs=1e-6), key
     report = _cli("report", "voc", "--tracking-uri", sqlite_uri)
     assert report.exit_code == 0, report.output
     assert "within 0.01 of the best val mIoU" in report.output
@@ -165,6 +176,15 @@ def test_bad_voc_masks_and_wrong_models_fail_in_one_line(tmp_path, sqlite_uri):
                                     str(good), "--model", "cnn", "--tracking-uri", sqlite_uri])
     assert out.exit_code == 2
     assert "segmentation" in out.stderr, out.stderr
+    assert out.stderr.count("\n") == 1, out.stderr
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"not a state dict")
+    out = CliRunner().invoke(main, ["sweep", "mbls", "--dataset", "voc", "--data-dir",
+                                    str(good), "--model", "deeplabv3_resnet50", "--crop-size",
+                                    "32", "--pretrained-backbone", str(junk),
+                                    "--tracking-uri", sqlite_uri])
+    assert out.exit_code == 2
+    assert "junk.pt" in out.stderr, out.stderr
     assert out.stderr.count("\n") == 1, out.stderr
     out = CliRunner().invoke(main, ["sweep", "mbls", "--model", "deeplabv3_resnet50",
                                     "--tracking-uri", sqlite_uri])
