@@ -1,5 +1,6 @@
 """Tests of raysearch.spaces: bundled YAML search spaces, Optuna define-by-run, validation."""
 
+import math
 import re
 import subprocess
 import sys
@@ -46,9 +47,39 @@ def _write(tmp_path: Path, text: str, name: str = "bad.yaml") -> Path:
 # --------------------------------------------------------------------------------------------
 
 
+#: segmentation spaces (PASCAL VOC, the MbLS/ACLS protocol) and the centre of each range
+SEGMENTATION = {"voc_ce": {}, "voc_ls": {"epsilon": 0.1}, "voc_focal": {"gamma": 3.0},
+                "voc_mbls": {"margin": 10.0}, "voc_acls": {"margin": 10.0, "lambda1": 0.1,
+                                                           "lambda2": 0.01}}
+
+
 def test_available_spaces_lists_every_bundled_file():
-    assert available_spaces() == sorted([*SINGLE, "all", "posthoc"])
-    assert available_spaces("train") == sorted([*SINGLE, "all"])
+    assert available_spaces() == sorted([*SINGLE, *SEGMENTATION, "all", "posthoc"])
+    assert available_spaces("train") == sorted([*SINGLE, *SEGMENTATION, "all"])
+
+
+@pytest.mark.parametrize("name", sorted(SEGMENTATION))
+def test_segmentation_spaces_follow_the_papers(name):
+    import yaml
+
+    space = load_space(name)
+    # MbLS App. B / ACLS Sec. 4.1: DeepLabV3-ResNet-50, SGD lr 1e-2 (ce: searched around it),
+    # batch 8, 100 epochs, lr / 10 at 40 and 80, 512 crops
+    assert space.train_values("model") == ("deeplabv3_resnet50",)
+    assert space.train_values("batch_size") == (8,)
+    assert space.train_values("epochs") == (100,)
+    assert space.train_values("milestones") == ("40,80",)
+    assert space.train_values("crop_size") == (512,)
+    lr = space.train_values("lr")
+    assert math.sqrt(lr[0] * lr[-1]) == pytest.approx(0.01)
+    # every loss range is centred on the papers' setting (geometric centre of a log range)
+    params = yaml.safe_load((Path(__file__).parents[1] / "search_spaces" /
+                             f"{name}.yaml").read_text())["params"]
+    for key, centre in SEGMENTATION[name].items():
+        spec = params[key]
+        low, high = spec["low"], spec["high"]
+        mid = math.sqrt(low * high) if spec.get("log") else (low + high) / 2
+        assert mid == pytest.approx(centre), key
 
 
 @pytest.mark.parametrize("name", sorted([*SINGLE, "all"]))
