@@ -106,6 +106,7 @@ _DATASETS: dict[str, Callable[..., DatasetSplits]] = {
         "cifar10", "cifar100", "svhn", "mnist", "fashion_mnist", "tiny_imagenet", "imagefolder")},
     "voc": _segmentation("load_voc"),
     "segfolder": _segmentation("load_segfolder"),
+    "cub200": _lazy_loader("cub", "load_cub200"),
 }
 
 #: Datasets with one label per pixel (``task="segmentation"``); their loaders take `crop_size`
@@ -130,6 +131,9 @@ _DEFAULTS: dict[str, dict[str, float | None]] = {
     },
     # voc: test = VOC's val.txt; validation carved from the training list
     "voc": dict(_OFFICIAL),
+    # cub200: test = the official test split; validation carved from the official training
+    # split (MbLS selected on test)
+    "cub200": dict(_OFFICIAL),
     # test_fraction applies to folders without splits/ only
     "segfolder": {
         "val_fraction": IMAGEFOLDER_VAL_FRACTION,

@@ -565,6 +565,12 @@ def objectness_train_set(
             seed=seed,
             context_fraction=context_fraction,
         )
+    if splits.name == "cub200":  # file-backed crops with the boxes of bounding_boxes.txt
+        from raysearch.data.cub import cub_objectness_dataset
+
+        if transform is not None:
+            raise ValueError("cub200 uses MbLS's fixed-size random crop; `transform` must be None")
+        return cub_objectness_dataset(splits, seed=seed, context_fraction=context_fraction)
     raise ValueError(
         f"dataset {splits.name!r} has no object annotations for objectness training: use "
         "'digits', or pass data=DatasetSplits(train=ObjectnessDataset(...), ...) "

@@ -33,6 +33,7 @@ def test_registry():
     assert available_datasets() == [
         "cifar10",
         "cifar100",
+        "cub200",
         "digits",
         "fashion_mnist",
         "imagefolder",
@@ -46,7 +47,7 @@ def test_registry():
 
 def test_unknown_name():
     with pytest.raises(
-        ValueError, match="Unknown dataset 'x'; available: cifar10, cifar100, digits"
+        ValueError, match="Unknown dataset 'x'; available: cifar10, cifar100, cub200, digits"
     ):
         load_dataset("x")
 
