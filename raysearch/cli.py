@@ -112,6 +112,17 @@ def tracking_options(func: Callable) -> Callable:
               type=click.Path(dir_okay=False),
               help="A local torchvision state-dict file for a segmentation model's backbone "
                    "(e.g. ImageNet ResNet-50 weights), loaded with weights_only=True.")
+@click.option("--pretrained", default=None, metavar="WEIGHTS",
+              help="Start every trial's model from these weights: a local state-dict file or a "
+                   "torchvision weights name (e.g. ResNet101_Weights.IMAGENET1K_V1, fetched "
+                   "only with --download); the head is replaced when the classes differ.")
+@click.option("--freeze-backbone-epochs", default=None, type=click.IntRange(min=0),
+              metavar="E", help="Train only the classification head for the first E epochs.")
+@click.option("--embeddings", default=None, metavar="PATH", type=click.Path(dir_okay=False),
+              help="A GloVe-format file (e.g. glove.6B.100d.txt) for a text model's frozen "
+                   "embedding (gpool_cnn); without it the embedding is learned.")
+@click.option("--head-lr", default=None, type=float, metavar="LR",
+              help="Learning rate of the classification head [default: the trial's lr].")
 @click.option("--imbalance-ratio", default=None, type=float, metavar="RHO",
               help="Long-tailed training set: n_i = n_max * RHO^(-i/(K-1)) images of class i.")
 @click.option("--gpus-per-trial", default=0.0, show_default=True, type=float,
@@ -185,6 +196,8 @@ def tracking_options(func: Callable) -> Callable:
 def sweep(ctx: click.Context, space: str | None, resume: str | None, dataset: str,
           data_dir: str | None, download: bool, model: str | None,
           val_fraction: float | None, crop_size: int | None, pretrained_backbone: str | None,
+          pretrained: str | None, freeze_backbone_epochs: int | None, head_lr: float | None,
+          embeddings: str | None,
           imbalance_ratio: float | None, gpus_per_trial: float,
           cpus_per_trial: float, precision: str, workers_per_trial: int,
           gpus_per_worker: float, cpus_per_worker: float, shift_eval: bool, shift_samples: int,
@@ -234,7 +247,8 @@ def sweep(ctx: click.Context, space: str | None, resume: str | None, dataset: st
         imbalance_ratio=imbalance_ratio, shift_eval=shift_eval, shift_samples=shift_samples,
         workers_per_trial=workers_per_trial, gpus_per_worker=gpus_per_worker,
         cpus_per_worker=cpus_per_worker, max_failures=max_failures, fault_epoch=fault_drill,
-        crop_size=crop_size, pretrained_backbone=pretrained_backbone)
+        crop_size=crop_size, pretrained_backbone=pretrained_backbone, pretrained=pretrained,
+        freeze_backbone_epochs=freeze_backbone_epochs, head_lr=head_lr, embeddings=embeddings)
     settings.validate()
     loaded = load_space(space)
     result = run_sweep(loaded, settings, progress=_echo)

@@ -18,7 +18,8 @@ import yaml
 #: Training hyperparameters a search space may sample or fix (besides the loss parameters).
 TRAIN_KEYS = ("model", "epochs", "batch_size", "lr", "momentum", "weight_decay", "interleaved",
               "interleave_fraction", "schedule", "milestones", "lr_decay", "warmup_epochs",
-              "nesterov", "mixup_alpha", "cutmix_alpha", "crop_size")
+              "nesterov", "mixup_alpha", "cutmix_alpha", "crop_size", "pretrained",
+              "freeze_backbone_epochs", "head_lr", "embeddings")
 
 #: Learning-rate schedules of :attr:`RunConfig.schedule`.
 SCHEDULES = ("cosine", "multistep", "constant")
@@ -75,6 +76,18 @@ class RunConfig:
         pretrained_backbone: a local torchvision state-dict file loaded into a segmentation
             model's backbone (``weights_only=True``; e.g. ImageNet ResNet-50 weights, as the
             papers start from); None: random initialisation.
+        pretrained: weights the whole model starts from (fine-tuning): a local state-dict
+            file (``weights_only=True``) or a torchvision weights name such as
+            ``ResNet101_Weights.IMAGENET1K_V1`` (read from torchvision's cache; the sweep's
+            ``--download`` fetches it). The classification head is replaced when the number of
+            classes differs (:func:`raysearch.models.pretrained.load_pretrained`). None: none.
+        freeze_backbone_epochs: train only the classification head for the first E epochs
+            (the rest has ``requires_grad=False``; BatchNorm statistics still update); 0: none.
+        head_lr: learning rate of the classification head's parameters (the rest uses `lr`);
+            None: `lr` for every parameter.
+        embeddings: a GloVe-format text file (``glove.6B.100d.txt``) whose vectors initialise
+            a text model's embedding, frozen (MbLS Table 6; words not in it get zeros); None:
+            learned embeddings.
     """
 
     method: str = "ce"
@@ -104,6 +117,10 @@ class RunConfig:
     cutmix_alpha: float = 0.0
     crop_size: int = 512
     pretrained_backbone: str | None = None
+    pretrained: str | None = None
+    freeze_backbone_epochs: int = 0
+    head_lr: float | None = None
+    embeddings: str | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -118,7 +135,8 @@ class RunConfig:
             raise ValueError(f"`method` must be a non-empty string, got {self.method!r}")
         if not isinstance(self.loss_params, dict):
             raise ValueError(f"`loss_params` must be a mapping, got {self.loss_params!r}")
-        for name in ("epochs", "batch_size", "seed", "ece_bins", "warmup_epochs", "crop_size"):
+        for name in ("epochs", "batch_size", "seed", "ece_bins", "warmup_epochs", "crop_size",
+                     "freeze_backbone_epochs"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 if isinstance(value, float) and value.is_integer():
@@ -148,6 +166,24 @@ class RunConfig:
         self.interleave_fraction = float(self.interleave_fraction)
         if self.seed < 0:
             raise ValueError(f"`seed` must be >= 0, got {self.seed}")
+        if self.freeze_backbone_epochs < 0:
+            raise ValueError("`freeze_backbone_epochs` must be >= 0, got "
+                             f"{self.freeze_backbone_epochs}")
+        if self.head_lr is not None and (isinstance(self.head_lr, bool) or not isinstance(
+                self.head_lr, (int, float)) or not self.head_lr > 0):
+            raise ValueError(f"`head_lr` must be a number > 0 or null, got {self.head_lr!r}")
+        if self.head_lr is not None:
+            self.head_lr = float(self.head_lr)
+        if self.pretrained is not None and (not isinstance(self.pretrained, str)
+                                            or not self.pretrained):
+            raise ValueError("`pretrained` must be a file path or a torchvision weights name, "
+                             f"got {self.pretrained!r}")
+        if self.pretrained and self.pretrained_backbone:
+            raise ValueError("give either `pretrained` (the whole model) or "
+                             "`pretrained_backbone` (a segmentation backbone), not both")
+        if self.embeddings is not None and (not isinstance(self.embeddings, str)
+                                            or not self.embeddings):
+            raise ValueError(f"`embeddings` must be a file path or null, got {self.embeddings!r}")
         if self.crop_size < 16:
             raise ValueError(f"`crop_size` must be >= 16, got {self.crop_size}")
         if self.pretrained_backbone is not None and not isinstance(self.pretrained_backbone, str):

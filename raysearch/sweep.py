@@ -42,6 +42,9 @@ from raysearch.trainable import COMPLETED, DIVERGED, run_trial, trial_env, trial
 
 logger = logging.getLogger(__name__)
 
+#: Datasets `--download` can fetch (the others are only read from --data-dir).
+DOWNLOADABLE_DATASETS = ("cifar10", "cifar100", "svhn", "mnist", "fashion_mnist",
+                         "tiny_imagenet")
 #: --objective -> (metric(s), mode(s)) given to the searcher.
 OBJECTIVES: dict[str, tuple[Any, Any]] = {
     "pareto": (["val_accuracy", "val_ece"], ["max", "min"]),
@@ -130,6 +133,13 @@ class SweepSettings:
             ``segfolder``); None: the space's or RunConfig's 512.
         pretrained_backbone: a local torchvision state-dict file for a segmentation model's
             backbone (``weights_only=True``); None: random initialisation.
+        pretrained: weights every trial's model starts from: a local state-dict file or a
+            torchvision weights name (``ResNet101_Weights.IMAGENET1K_V1``; with `download` the
+            driver fetches it into torchvision's cache first). Checked, and its sha256 logged
+            (``pretrained_sha256``), before Ray starts.
+        freeze_backbone_epochs: epochs during which only the classification head trains.
+        head_lr: learning rate of the classification head (None: the trial's ``lr``).
+        embeddings: a GloVe-format file for a text model's frozen embedding (``gpool_cnn``).
     """
 
     num_samples: int = 8
@@ -170,6 +180,10 @@ class SweepSettings:
     fault_epoch: int | None = None
     crop_size: int | None = None
     pretrained_backbone: str | None = None
+    pretrained: str | None = None
+    freeze_backbone_epochs: int | None = None
+    head_lr: float | None = None
+    embeddings: str | None = None
     extra_overrides: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -321,6 +335,14 @@ class SweepSettings:
             out["epochs"] = self.epochs
         if self.pretrained_backbone is not None:
             out["pretrained_backbone"] = _absolute(self.pretrained_backbone)
+        if self.pretrained is not None:  # a file (made absolute for the trials) or a name
+            path = Path(self.pretrained).expanduser()
+            out["pretrained"] = str(path.resolve()) if path.is_file() else self.pretrained
+        if self.embeddings is not None:
+            out["embeddings"] = _absolute(self.embeddings)
+        for key in ("freeze_backbone_epochs", "head_lr"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
         for key in ("model", "val_fraction", "imbalance_ratio", "crop_size"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
@@ -447,8 +469,12 @@ def prepare_data(space: SearchSpace, settings: SweepSettings,
         crops = space.train_values("crop_size")
         extra = {"crop_size": settings.crop_size or (crops[0] if crops else RunConfig().crop_size),
                  "verify": True}
+    # --download also fetches torchvision weights (--pretrained): a dataset raysearch cannot
+    # download is then only checked, not refused
+    fetch = settings.download and (settings.pretrained is None
+                                   or settings.dataset in DOWNLOADABLE_DATASETS)
     data = load_dataset(settings.dataset, seed=settings.seed, val_fraction=settings.val_fraction,
-                        data_dir=_absolute(settings.data_dir), download=settings.download,
+                        data_dir=_absolute(settings.data_dir), download=fetch,
                         imbalance_ratio=settings.imbalance_ratio, **extra)
     default_model = RunConfig().model
     if settings.shift_eval and importlib.util.find_spec("imagecorruptions") is None:
@@ -470,8 +496,13 @@ def prepare_data(space: SearchSpace, settings: SweepSettings,
         if not segmentation and dense_model:
             raise ValueError(f"--model {model} is a segmentation model: it needs a segmentation "
                              "--dataset (voc, segfolder)")
+        text = {} if getattr(data, "vocabulary", None) is None else {
+            "vocabulary": data.vocabulary}
+        if settings.embeddings is not None:  # a bad GloVe file fails here, in one line
+            text["embeddings_path"] = _absolute(settings.embeddings)
         with torch.device("meta"):  # names and shapes only: no memory, no initialisation cost
-            build_model(model, num_classes=data.num_classes, input_shape=data.input_shape)
+            build_model(model, num_classes=data.num_classes, input_shape=data.input_shape,
+                        **text)
     if settings.pretrained_backbone is not None:
         from raysearch.models import load_backbone_weights
 
@@ -482,6 +513,21 @@ def prepare_data(space: SearchSpace, settings: SweepSettings,
             raise ValueError(f"--pretrained-backbone {path}: no such file")
         load_backbone_weights(build_model(models[0], num_classes=data.num_classes,
                                           input_shape=data.input_shape), path)
+    if settings.pretrained is not None:  # a bad file or name fails here, in one line
+        from raysearch.models.pretrained import load_pretrained
+
+        if settings.download:
+            say(f"checking the weights {settings.pretrained} (downloading them if missing)")
+        vocabulary = getattr(data, "vocabulary", None)
+        info = load_pretrained(build_model(models[0], num_classes=data.num_classes,
+                                           input_shape=data.input_shape,
+                                           **({"vocabulary": vocabulary} if vocabulary
+                                              else {})),
+                               settings.overrides()["pretrained"], download=settings.download)
+        data.info["pretrained_sha256"] = info.sha256
+        say(f"pretrained weights {info.source}: {info.loaded} tensors, sha256 "
+            f"{info.sha256[:12]}" + (", classification head replaced" if info.replaced_head
+                                     else ""))
     return data
 
 

@@ -119,14 +119,44 @@ def run_params(cfg: RunConfig) -> dict[str, Any]:
     # the rest only where it differs from the default, so digits runs keep their short list
     for key in ("data_seed", "val_fraction", "test_fraction", "imbalance_ratio", "schedule",
                 "milestones", "lr_decay", "warmup_epochs", "nesterov", "mixup_alpha",
-                "cutmix_alpha", "crop_size", "pretrained_backbone"):
+                "cutmix_alpha", "crop_size", "pretrained_backbone", "pretrained",
+                "freeze_backbone_epochs", "head_lr", "embeddings"):
         value = getattr(cfg, key)
         if value != _RUN_DEFAULTS[key]:
             params[key] = value
+    if cfg.pretrained:  # which weights exactly: `raysearch train` of the config is reproducible
+        params["pretrained_sha256"] = _weights_sha256(cfg.pretrained)
     return params
 
 
 _RUN_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+
+
+def _weights_sha256(weights: str) -> str:
+    """SHA-256 of a weights file, or of a torchvision weights name's cached file ("" if absent).
+
+    Cached per (path, modification time): a sweep hashes its weights once, not per trial.
+    """
+    path = Path(weights).expanduser()
+    if not path.is_file():
+        try:
+            import torch
+            from torchvision.models import get_weight
+
+            path = Path(torch.hub.get_dir()) / "checkpoints" / Path(get_weight(weights).url).name
+        except Exception:  # noqa: BLE001 (an unknown name: the trial reports it)
+            return ""
+    if not path.is_file():
+        return ""
+    key = (str(path), path.stat().st_mtime)
+    if key not in _SHA_CACHE:
+        from raysearch.models.pretrained import file_sha256
+
+        _SHA_CACHE[key] = file_sha256(path)
+    return _SHA_CACHE[key]
+
+
+_SHA_CACHE: dict[tuple[str, float], str] = {}
 
 
 def log_params(client: MlflowClient, run_id: str, params: dict[str, Any]) -> None:

@@ -278,8 +278,12 @@ def fit(
         ddp.check_sizes(cfg.batch_size, data)
     dense = getattr(data, "task", "classification") == "segmentation"
     ignore = getattr(data, "ignore_index", None) if dense else None
-    extra = ({"pretrained_backbone": cfg.pretrained_backbone}
-             if getattr(cfg, "pretrained_backbone", None) else {})
+    extra: dict[str, Any] = ({"pretrained_backbone": cfg.pretrained_backbone}
+                             if getattr(cfg, "pretrained_backbone", None) else {})
+    if getattr(data, "vocabulary", None) is not None:  # a text dataset: its model needs it
+        extra["vocabulary"] = data.vocabulary
+    if getattr(cfg, "embeddings", None):
+        extra["embeddings_path"] = cfg.embeddings
     model = build_model(cfg.model, num_classes=data.num_classes, input_shape=data.input_shape,
                         **extra)
     if dense and getattr(model, "task", None) != "segmentation":
@@ -311,9 +315,17 @@ def fit(
         what = "an objectness loss" if needs_objectness else "interleaved training"
         raise ValueError(f"MixUp/CutMix (mixup_alpha/cutmix_alpha > 0) cannot be combined with "
                          f"{what} (method {cfg.method!r})")
+    pretrained = getattr(cfg, "pretrained", None)
+    if pretrained and resume is None:  # a resumed run loads its own checkpoint below
+        from raysearch.models.pretrained import load_pretrained
+
+        info = load_pretrained(model, pretrained)
+        logger.info("loaded %d tensors of %s (sha256 %s)%s", info.loaded, info.source,
+                    info.sha256[:12], "; head replaced" if info.replaced_head else "")
+    head_names = _head_names(model, cfg)
     optimizer = torch.optim.SGD(
-        model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
-        nesterov=bool(getattr(cfg, "nesterov", False)),
+        _param_groups(model, cfg, head_names), lr=cfg.lr, momentum=cfg.momentum,
+        weight_decay=cfg.weight_decay, nesterov=bool(getattr(cfg, "nesterov", False)),
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg))
 
@@ -349,7 +361,10 @@ def fit(
     val_source = _Source(data.val, device, num_workers=num_workers)
 
     val_logits = None
+    frozen = int(getattr(cfg, "freeze_backbone_epochs", 0) or 0)
     for epoch in range(start_epoch, cfg.epochs + 1):
+        if frozen:  # the head alone for the first `frozen` epochs, then everything
+            _freeze_backbone(net, head_names, epoch <= frozen)
         generator = torch.Generator().manual_seed(_epoch_seed(cfg.seed, epoch))
         augment = torch.Generator().manual_seed(_epoch_seed(cfg.seed, epoch) ^ _AUGMENT_SALT)
         model.train()
@@ -1200,3 +1215,35 @@ def _finish_dense(net: nn.Module, val_eval: Any, val_source: _Source, data: Data
                        val_logits=logits, val_labels=labels,
                        test_logits=np.zeros((0, k), np.float32),
                        test_labels=np.zeros(0, np.int64), task="segmentation", dense=dense)
+
+
+def _head_names(model: nn.Module, cfg: RunConfig) -> set[str]:
+    """Parameter names of the classification head when the run treats it apart.
+
+    That is with a head learning rate or a frozen backbone; empty otherwise.
+    """
+    if getattr(cfg, "head_lr", None) is None and not getattr(cfg, "freeze_backbone_epochs", 0):
+        return set()
+    from raysearch.models.pretrained import head_parameter_names
+
+    return set(head_parameter_names(model))
+
+
+def _param_groups(model: nn.Module, cfg: RunConfig, head: set[str]) -> list[dict[str, Any]]:
+    """SGD parameter groups: the head at ``cfg.head_lr`` (when set), the rest at ``cfg.lr``."""
+    head_lr = getattr(cfg, "head_lr", None)
+    if head_lr is None or not head:
+        return [{"params": list(model.parameters())}]
+    named = list(model.named_parameters())
+    return [{"params": [p for n, p in named if n not in head]},
+            {"params": [p for n, p in named if n in head], "lr": head_lr}]
+
+
+def _freeze_backbone(model: nn.Module, head: set[str], frozen: bool) -> None:
+    """``requires_grad`` off for every parameter outside the head while `frozen`, else on.
+
+    SGD skips parameters without a gradient: no update, no weight decay, no momentum.
+    """
+    for name, param in model.named_parameters():
+        if name not in head:
+            param.requires_grad_(not frozen)

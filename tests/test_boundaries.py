@@ -12,7 +12,9 @@ SCIENCE = ["raysearch.losses", "raysearch.metrics", "raysearch.data", "raysearch
            "raysearch.calibration", "raysearch.reproduce", "raysearch.shift",
            "raysearch.data.images", "raysearch.data.vision", "raysearch.models.resnet",
            "raysearch.models.torchvision_models", "raysearch.dense", "raysearch.repeats",
-           "raysearch.data.segmentation", "raysearch.models.segmentation"]
+           "raysearch.data.segmentation", "raysearch.models.segmentation", "raysearch.data.cub",
+           "raysearch.models.pretrained",
+           "raysearch.data.text", "raysearch.models.text"]
 FORBIDDEN = ["ray", "mlflow", "optuna", "matplotlib", "raysearch.cli"]
 
 

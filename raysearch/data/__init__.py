@@ -107,6 +107,7 @@ _DATASETS: dict[str, Callable[..., DatasetSplits]] = {
     "voc": _segmentation("load_voc"),
     "segfolder": _segmentation("load_segfolder"),
     "cub200": _lazy_loader("cub", "load_cub200"),
+    "newsgroups20": _lazy_loader("text", "load_newsgroups20"),
 }
 
 #: Datasets with one label per pixel (``task="segmentation"``); their loaders take `crop_size`
@@ -134,6 +135,9 @@ _DEFAULTS: dict[str, dict[str, float | None]] = {
     # cub200: test = the official test split; validation carved from the official training
     # split (MbLS selected on test)
     "cub200": dict(_OFFICIAL),
+    # newsgroups20: validation min(900, train // 10) messages (MbLS's 900); the 20% test share
+    # applies to the original tree only (bydate has its own test split)
+    "newsgroups20": {"val_fraction": None, "test_fraction": 0.2},
     # test_fraction applies to folders without splits/ only
     "segfolder": {
         "val_fraction": IMAGEFOLDER_VAL_FRACTION,

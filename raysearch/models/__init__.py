@@ -58,6 +58,7 @@ from raysearch.models.segmentation import (
     load_backbone_weights,
 )
 from raysearch.models.small import MLP, SmallCNN
+from raysearch.models.text import GlobalPoolingCNN, build_gpool_cnn, load_glove
 from raysearch.models.torchvision_models import TORCHVISION_PREFIX, torchvision_factory
 from raysearch.models.wide_resnet import WRN28_10
 
@@ -82,8 +83,10 @@ __all__ = [
     "SegmentationModel",
     "SmallCNN",
     "WRN28_10",
+    "GlobalPoolingCNN",
     "available_models",
     "build_model",
+    "load_glove",
     "is_segmentation_model",
     "load_backbone_weights",
 ]
@@ -112,15 +115,18 @@ _SEGMENTATION_MODELS: dict[str, type[nn.Module]] = {
     "lraspp_mobilenet_v3_large": LRASPPMobileNetV3Large,
 }
 
-_TASKS = ("classification", "segmentation")
+_TASKS = ("classification", "segmentation", "text")
+#: Text classifiers (token ids in, logits out); they need the dataset's vocabulary.
+_TEXT_MODELS: dict[str, Callable[..., nn.Module]] = {"gpool_cnn": build_gpool_cnn}
 
 
 def available_models(task: str | None = None) -> list[str]:
     """Names accepted by :func:`build_model`, sorted (``torchvision:<name>`` not listed).
 
     Args:
-        task (str | None, optional): ``"classification"`` or ``"segmentation"`` for the models
-            of that task only. Defaults to ``None`` (all models).
+        task (str | None, optional): ``"classification"`` (image classifiers),
+            ``"segmentation"`` or ``"text"`` (token-sequence classifiers: ``gpool_cnn``) for the
+            models of that task only. Defaults to ``None`` (all models).
 
     Returns:
         list[str]: the registered names, sorted.
@@ -129,10 +135,11 @@ def available_models(task: str | None = None) -> list[str]:
         ValueError: if `task` is not ``None``, ``"classification"`` or ``"segmentation"``.
     """
     if task is None:
-        return sorted([*_MODELS, *_SEGMENTATION_MODELS])
+        return sorted([*_MODELS, *_SEGMENTATION_MODELS, *_TEXT_MODELS])
     if task not in _TASKS:
         raise ValueError(f"`task` must be None or one of {', '.join(_TASKS)}, got {task!r}")
-    return sorted(_MODELS if task == "classification" else _SEGMENTATION_MODELS)
+    return sorted({"classification": _MODELS, "segmentation": _SEGMENTATION_MODELS,
+                   "text": _TEXT_MODELS}[task])
 
 
 def is_segmentation_model(name: str) -> bool:
@@ -154,6 +161,8 @@ def build_model(
     num_classes: int,
     input_shape: Sequence[int],
     pretrained_backbone: str | os.PathLike[str] | None = None,
+    vocabulary: Sequence[str] | None = None,
+    embeddings_path: str | os.PathLike[str] | None = None,
 ) -> nn.Module:
     """Build a freshly initialised model by name.
 
@@ -170,6 +179,12 @@ def build_model(
         pretrained_backbone (str | os.PathLike | None, optional): for a segmentation model, a
             local ImageNet checkpoint of its backbone, loaded with
             :func:`load_backbone_weights` after initialisation. Defaults to ``None`` (none).
+        vocabulary (Sequence[str] | None, optional): a text model's vocabulary (token i + 1 is
+            ``vocabulary[i]``; the text datasets' ``splits.vocabulary``). Ignored by other
+            models. Defaults to ``None``.
+        embeddings_path (str | os.PathLike | None, optional): a GloVe-format text file whose
+            vectors initialise (frozen) a text model's embedding (:func:`load_glove`); None:
+            learned embeddings. Defaults to ``None``.
 
     Returns:
         nn.Module: a classification model maps (N, C, H, W) float inputs to (N, K) float
@@ -195,13 +210,20 @@ def build_model(
         factory = _MODELS[name]
     elif name in _SEGMENTATION_MODELS:
         factory = _SEGMENTATION_MODELS[name]
+    elif name in _TEXT_MODELS:
+        return _TEXT_MODELS[name](num_classes=num_classes, input_shape=input_shape,
+                                  vocabulary=vocabulary, embeddings_path=embeddings_path)
     else:
         raise ValueError(
             f"Unknown model {name!r}; available: "
             f"{', '.join(available_models(task='classification'))}, "
             f"or {TORCHVISION_PREFIX}<name> for any torchvision classification model; "
-            f"segmentation: {', '.join(available_models(task='segmentation'))}"
+            f"segmentation: {', '.join(available_models(task='segmentation'))}; "
+            f"text: {', '.join(available_models(task='text'))}"
         )
+    if embeddings_path is not None:
+        raise ValueError(f"--embeddings applies to text models "
+                         f"({', '.join(available_models(task='text'))}), not {name!r}")
     if pretrained_backbone is not None and not is_segmentation_model(name):
         raise ValueError(
             "--pretrained-backbone applies to segmentation models "

@@ -38,6 +38,7 @@ def test_registry():
         "fashion_mnist",
         "imagefolder",
         "mnist",
+        "newsgroups20",
         "segfolder",
         "svhn",
         "tiny_imagenet",

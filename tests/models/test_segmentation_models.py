@@ -78,7 +78,9 @@ def test_registry():
     assert set(SEGMENTATION) <= set(available_models())
     classification = available_models(task="classification")
     assert not set(SEGMENTATION) & set(classification)
-    assert sorted(classification + SEGMENTATION) == available_models()
+    assert sorted(classification + SEGMENTATION + available_models(task="text")) == \
+        available_models()
+    assert available_models(task="text") == ["gpool_cnn"]
     assert all(is_segmentation_model(name) for name in SEGMENTATION)
     for name in ["resnet50", "cnn", "torchvision:resnet18", "torchvision:fcn_resnet50", "x", 3]:
         assert not is_segmentation_model(name)
