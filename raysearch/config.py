@@ -19,8 +19,10 @@ import yaml
 TRAIN_KEYS = ("model", "epochs", "batch_size", "lr", "momentum", "weight_decay", "interleaved",
               "interleave_fraction", "schedule", "milestones", "lr_decay", "warmup_epochs",
               "nesterov", "mixup_alpha", "cutmix_alpha", "crop_size", "pretrained",
-              "freeze_backbone_epochs", "head_lr", "embeddings")
+              "freeze_backbone_epochs", "head_lr", "embeddings", "optimizer")
 
+#: Optimisers of :attr:`RunConfig.optimizer`.
+OPTIMIZERS = ("sgd", "adam")
 #: Learning-rate schedules of :attr:`RunConfig.schedule`.
 SCHEDULES = ("cosine", "multistep", "constant")
 
@@ -85,6 +87,9 @@ class RunConfig:
             (the rest has ``requires_grad=False``; BatchNorm statistics still update); 0: none.
         head_lr: learning rate of the classification head's parameters (the rest uses `lr`);
             None: `lr` for every parameter.
+        optimizer: ``sgd`` (default: `lr`, `momentum`, `nesterov`, `weight_decay`) or ``adam``
+            (`lr`, betas (0.9, 0.999), `weight_decay` as L2; MbLS App. B trains the 20
+            Newsgroups GPool-CNN with Adam at lr 1e-3).
         embeddings: a GloVe-format text file (``glove.6B.100d.txt``) whose vectors initialise
             a text model's embedding, frozen (MbLS Table 6; words not in it get zeros); None:
             learned embeddings.
@@ -121,6 +126,7 @@ class RunConfig:
     freeze_backbone_epochs: int = 0
     head_lr: float | None = None
     embeddings: str | None = None
+    optimizer: str = "sgd"
 
     def __post_init__(self) -> None:
         self.validate()
@@ -181,6 +187,9 @@ class RunConfig:
         if self.pretrained and self.pretrained_backbone:
             raise ValueError("give either `pretrained` (the whole model) or "
                              "`pretrained_backbone` (a segmentation backbone), not both")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"`optimizer` must be one of {', '.join(OPTIMIZERS)}, "
+                             f"got {self.optimizer!r}")
         if self.embeddings is not None and (not isinstance(self.embeddings, str)
                                             or not self.embeddings):
             raise ValueError(f"`embeddings` must be a file path or null, got {self.embeddings!r}")

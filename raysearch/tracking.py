@@ -120,7 +120,7 @@ def run_params(cfg: RunConfig) -> dict[str, Any]:
     for key in ("data_seed", "val_fraction", "test_fraction", "imbalance_ratio", "schedule",
                 "milestones", "lr_decay", "warmup_epochs", "nesterov", "mixup_alpha",
                 "cutmix_alpha", "crop_size", "pretrained_backbone", "pretrained",
-                "freeze_backbone_epochs", "head_lr", "embeddings"):
+                "freeze_backbone_epochs", "head_lr", "embeddings", "optimizer"):
         value = getattr(cfg, key)
         if value != _RUN_DEFAULTS[key]:
             params[key] = value

@@ -3,7 +3,11 @@
 :func:`fit` trains ``cfg.model`` on ``cfg.dataset`` with the loss ``cfg.method``:
 
 - **Optimiser**: SGD with ``cfg.lr``, ``cfg.momentum``, ``cfg.weight_decay`` (on every
-  parameter, biases included) and ``cfg.nesterov``.
+  parameter, biases included) and ``cfg.nesterov``; or, with ``cfg.optimizer == "adam"``, Adam
+  with ``cfg.lr``, betas (0.9, 0.999) and ``cfg.weight_decay``. ``cfg.head_lr`` puts the
+  classification head in its own group; ``cfg.pretrained`` loads weights first
+  (:func:`raysearch.models.pretrained.load_pretrained`) and ``cfg.freeze_backbone_epochs``
+  trains only the head for the first epochs.
 - **Schedule** (a ``LambdaLR`` stepped once per epoch; epoch e, 1-based, trains at
   ``lr * factor(e - 1)``): ``cosine`` (default): ``(1 + cos(pi * (e - 1 - W) / (epochs - W))) / 2``
   after W = ``cfg.warmup_epochs`` warm-up epochs; ``multistep``: ``lr_decay ** #{m in milestones:
@@ -323,10 +327,15 @@ def fit(
         logger.info("loaded %d tensors of %s (sha256 %s)%s", info.loaded, info.source,
                     info.sha256[:12], "; head replaced" if info.replaced_head else "")
     head_names = _head_names(model, cfg)
-    optimizer = torch.optim.SGD(
-        _param_groups(model, cfg, head_names), lr=cfg.lr, momentum=cfg.momentum,
-        weight_decay=cfg.weight_decay, nesterov=bool(getattr(cfg, "nesterov", False)),
-    )
+    if getattr(cfg, "optimizer", "sgd") == "adam":  # MbLS App. B, 20 Newsgroups
+        optimizer: torch.optim.Optimizer = torch.optim.Adam(
+            _param_groups(model, cfg, head_names), lr=cfg.lr, betas=(0.9, 0.999),
+            weight_decay=cfg.weight_decay)
+    else:
+        optimizer = torch.optim.SGD(
+            _param_groups(model, cfg, head_names), lr=cfg.lr, momentum=cfg.momentum,
+            weight_decay=cfg.weight_decay, nesterov=bool(getattr(cfg, "nesterov", False)),
+        )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg))
 
     start_epoch = 1

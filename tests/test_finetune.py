@@ -97,3 +97,15 @@ def test_bad_weights_fail_in_one_line(tmp_path, sqlite_uri):
         assert out.exit_code == 2, out.output
         assert expected in out.stderr, out.stderr
         assert out.stderr.count("\n") == 1, out.stderr
+
+
+def test_adam_optimizer_as_mbls_trains_20_newsgroups():
+    states = []
+    result = fit(RunConfig(epochs=1, optimizer="adam", lr=1e-3, weight_decay=0.0),
+                 on_epoch=lambda epoch, metrics, state: states.append(state))
+    group = states[0]["optimizer"]["param_groups"][0]
+    assert group["betas"] == (0.9, 0.999)
+    assert group["initial_lr"] == pytest.approx(1e-3)
+    assert 0.0 <= result.metrics["val_ece"] <= 1.0
+    with pytest.raises(ValueError, match="optimizer"):
+        RunConfig(optimizer="rmsprop")

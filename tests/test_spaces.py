@@ -53,9 +53,35 @@ SEGMENTATION = {"voc_ce": {}, "voc_ls": {"epsilon": 0.1}, "voc_focal": {"gamma":
                                                            "lambda2": 0.01}}
 
 
+#: text spaces (20 Newsgroups, MbLS App. B) and the centre of each range
+TEXT = {"ng_ce": {}, "ng_ls": {"epsilon": 0.05}, "ng_focal": {"gamma": 3.0},
+        "ng_mbls": {"margin": 6.0}}
+
+
 def test_available_spaces_lists_every_bundled_file():
-    assert available_spaces() == sorted([*SINGLE, *SEGMENTATION, "all", "posthoc"])
-    assert available_spaces("train") == sorted([*SINGLE, *SEGMENTATION, "all"])
+    assert available_spaces() == sorted([*SINGLE, *SEGMENTATION, *TEXT, "all", "posthoc"])
+    assert available_spaces("train") == sorted([*SINGLE, *SEGMENTATION, *TEXT, "all"])
+
+
+@pytest.mark.parametrize("name", sorted(TEXT))
+def test_text_spaces_follow_the_paper(name):
+    import yaml
+
+    space = load_space(name)
+    # MbLS App. B: GPool-CNN, Adam lr 1e-3 (ce: searched around it), 100 epochs, x0.1 after 50
+    assert space.train_values("model") == ("gpool_cnn",)
+    assert space.train_values("optimizer") == ("adam",)
+    assert space.train_values("epochs") == (100,)
+    assert space.train_values("milestones") == ("50",)
+    lr = space.train_values("lr")
+    assert math.sqrt(lr[0] * lr[-1]) == pytest.approx(0.001)
+    params = yaml.safe_load((Path(__file__).parents[1] / "search_spaces" /
+                             f"{name}.yaml").read_text())["params"]
+    for key, centre in TEXT[name].items():
+        spec = params[key]
+        mid = (math.sqrt(spec["low"] * spec["high"]) if spec.get("log")
+               else (spec["low"] + spec["high"]) / 2)
+        assert mid == pytest.approx(centre), key
 
 
 @pytest.mark.parametrize("name", sorted(SEGMENTATION))
