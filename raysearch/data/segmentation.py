@@ -97,6 +97,7 @@ from torchvision.datasets import VisionDataset, VOCSegmentation
 from torchvision.transforms import v2
 
 from raysearch.data.images import IMAGENET_MEAN, IMAGENET_STD, read_rgb
+from raysearch.data.objectness import VOC_CLASSES as _VOC_OBJECTS
 from raysearch.data.splits import (
     IMAGEFOLDER_TEST_FRACTION,
     IMAGEFOLDER_VAL_FRACTION,
@@ -134,30 +135,9 @@ SCALE_RANGE = (0.5, 2.0)
 #: Brightness, contrast and saturation jitter of the training images.
 COLOR_JITTER = 0.2
 
-#: The 21 PASCAL VOC segmentation classes, index = class id in the masks.
-VOC_CLASSES = (
-    "background",
-    "aeroplane",
-    "bicycle",
-    "bird",
-    "boat",
-    "bottle",
-    "bus",
-    "car",
-    "cat",
-    "chair",
-    "cow",
-    "diningtable",
-    "dog",
-    "horse",
-    "motorbike",
-    "person",
-    "pottedplant",
-    "sheep",
-    "sofa",
-    "train",
-    "tvmonitor",
-)
+#: The 21 PASCAL VOC segmentation classes, index = class id in the masks: the background and
+#: the devkit's 20 object classes.
+VOC_CLASSES = ("background", *_VOC_OBJECTS)
 
 VOC_URL = "http://host.robots.ox.ac.uk/pascal/VOC/voc2012/VOCtrainval_11-May-2012.tar"
 VOC_LAYOUT = (

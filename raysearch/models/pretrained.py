@@ -202,7 +202,7 @@ def _keys(keys: list[str]) -> str:
     return shown + (f" (+{len(keys) - _SHOW} more)" if len(keys) > _SHOW else "")
 
 
-def _as_state_dict(obj: Any, where: str) -> dict[str, Tensor]:
+def _as_state_dict(obj: Any, where: str, what: str = "pretrained weights") -> dict[str, Tensor]:
     """A flat dict of tensors from a loaded checkpoint: unnest, strip DDP's ``module.``."""
     for key in ("state_dict", "model"):
         if isinstance(obj, Mapping) and isinstance(obj.get(key), Mapping):
@@ -210,29 +210,35 @@ def _as_state_dict(obj: Any, where: str) -> dict[str, Tensor]:
             break
     if not isinstance(obj, Mapping):
         raise ValueError(
-            f"pretrained weights in {where} must be a state dict (a dict of tensors), "
+            f"{what} in {where} must be a state dict (a dict of tensors), "
             f"got {type(obj).__name__}"
         )
     bad = [str(k) for k, v in obj.items() if not isinstance(k, str) or not isinstance(v, Tensor)]
     if bad:
-        raise ValueError(f"pretrained weights in {where} hold non-tensor entries: {_keys(bad)}")
+        raise ValueError(f"{what} in {where} hold non-tensor entries: {_keys(bad)}")
     state = dict(obj)
     if state and all(k.startswith(_DDP_PREFIX) for k in state):
         state = {k[len(_DDP_PREFIX) :]: v for k, v in state.items()}
     return state
 
 
-def _read_file(path: str) -> dict[str, Tensor]:
+def read_state_dict(path: str, what: str = "pretrained weights") -> dict[str, Tensor]:
+    """``torch.load(path, weights_only=True)`` as a flat dict of tensors; one-line errors.
+
+    Raises:
+        FileNotFoundError: if `path` is not a file.
+        ValueError: if the file is not a state dict of tensors that ``weights_only`` accepts.
+    """
     if not Path(path).is_file():
-        raise FileNotFoundError(f"pretrained weights file not found: {path}")
+        raise FileNotFoundError(f"{what} file not found: {path}")
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # weights_only refusal, not a torch file, truncated, ...
         raise ValueError(
-            f"cannot read pretrained weights from {path}: not a state dict of tensors that "
+            f"cannot read {what} from {path}: not a state dict of tensors that "
             f"torch.load(weights_only=True) accepts ({_one_line(err)})"
         ) from None
-    return _as_state_dict(obj, path)
+    return _as_state_dict(obj, path, what)
 
 
 def _resolve_weights(name: str) -> Any:
@@ -267,7 +273,7 @@ def _cached_weights(name: str, *, download: bool) -> tuple[str, str, dict[str, T
         torch.hub.get_dir(), "checkpoints", os.path.basename(urlparse(weights.url).path)
     )
     if os.path.isfile(cache):
-        state = _read_file(cache)
+        state = read_state_dict(cache)
     elif not download:
         raise ValueError(
             f"weights {resolved} are not in torchvision's cache ({cache}): "
@@ -345,7 +351,7 @@ def load_pretrained(
         sha256 = file_sha256(path)
         _check_hash_in_name(path, sha256)
     else:
-        path, state = source, _read_file(source)
+        path, state = source, read_state_dict(source)
         sha256 = file_sha256(path)
 
     head_name, head = _find_head(model)

@@ -40,12 +40,9 @@ References:
 """
 
 import os
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
@@ -353,31 +350,9 @@ def _keys(keys: Sequence[str]) -> str:
 
 def _read_state_dict(path: str) -> dict[str, Tensor]:
     """torch.load(path, weights_only=True) as a flat dict of tensors; one-line errors."""
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"backbone weights file not found: {path}")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # weights_only refusal, not a torch file, truncated, ...
-        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
-        first_line = (str(err).strip().splitlines() or [""])[0][:120]
-        reason = f"it holds {found.group(1)}" if found else f"{type(err).__name__}: {first_line}"
-        raise ValueError(
-            f"cannot read backbone weights from {path}: not a state dict of tensors that "
-            f"torch.load(weights_only=True) accepts ({reason})"
-        ) from None
-    for key in ("state_dict", "model"):
-        if isinstance(obj, Mapping) and isinstance(obj.get(key), Mapping):
-            obj = obj[key]
-            break
-    if not isinstance(obj, Mapping):
-        raise ValueError(
-            f"backbone weights in {path} must be a state dict (a dict of tensors), "
-            f"got {type(obj).__name__}"
-        )
-    bad = [str(k) for k, v in obj.items() if not isinstance(k, str) or not isinstance(v, Tensor)]
-    if bad:
-        raise ValueError(f"backbone weights in {path} hold non-tensor entries: {_keys(bad)}")
-    return dict(obj)
+    from raysearch.models.pretrained import read_state_dict
+
+    return read_state_dict(path, "backbone weights")
 
 
 def load_backbone_weights(model: nn.Module, path: str | os.PathLike[str]) -> BackboneLoadSummary:

@@ -89,7 +89,8 @@ def test_registry():
 def test_unknown_name_lists_segmentation_models():
     with pytest.raises(ValueError, match="Unknown model 'nope'") as err:
         build_model("nope", num_classes=K, input_shape=SHAPE)
-    assert str(err.value).endswith("; segmentation: " + ", ".join(SEGMENTATION))
+    assert str(err.value).endswith(
+        "; segmentation: " + ", ".join(SEGMENTATION) + "; text: gpool_cnn")
 
 
 def test_build_on_meta_device():
