@@ -471,7 +471,8 @@ def prepare_data(space: SearchSpace, settings: SweepSettings,
                  "verify": True}
     # --download also fetches torchvision weights (--pretrained): a dataset raysearch cannot
     # download is then only checked, not refused
-    fetch = settings.download and (settings.pretrained is None
+    fetch = settings.download and ((settings.pretrained is None
+                                    and not space.train_values("pretrained"))
                                    or settings.dataset in DOWNLOADABLE_DATASETS)
     data = load_dataset(settings.dataset, seed=settings.seed, val_fraction=settings.val_fraction,
                         data_dir=_absolute(settings.data_dir), download=fetch,
@@ -513,17 +514,20 @@ def prepare_data(space: SearchSpace, settings: SweepSettings,
             raise ValueError(f"--pretrained-backbone {path}: no such file")
         load_backbone_weights(build_model(models[0], num_classes=data.num_classes,
                                           input_shape=data.input_shape), path)
-    if settings.pretrained is not None:  # a bad file or name fails here, in one line
+    spaced = space.train_values("pretrained")
+    weights = (settings.overrides()["pretrained"] if settings.pretrained is not None
+               else spaced[0] if len(spaced) == 1 else None)
+    if weights is not None:  # a bad file or name fails here, in one line
         from raysearch.models.pretrained import load_pretrained
 
         if settings.download:
-            say(f"checking the weights {settings.pretrained} (downloading them if missing)")
+            say(f"checking the weights {weights} (downloading them if missing)")
         vocabulary = getattr(data, "vocabulary", None)
         info = load_pretrained(build_model(models[0], num_classes=data.num_classes,
                                            input_shape=data.input_shape,
                                            **({"vocabulary": vocabulary} if vocabulary
                                               else {})),
-                               settings.overrides()["pretrained"], download=settings.download)
+                               weights, download=settings.download)
         data.info["pretrained_sha256"] = info.sha256
         say(f"pretrained weights {info.source}: {info.loaded} tensors, sha256 "
             f"{info.sha256[:12]}" + (", classification head replaced" if info.replaced_head
