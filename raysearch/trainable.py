@@ -403,12 +403,7 @@ def _final_report(result: Any, cfg: RunConfig, test: Any, last_state: dict[str, 
         "epoch": cfg.epochs,
         **result.metrics,
         COMPLETED: True,
-        RELIABILITY: {
-            "edges": [float(e) for e in bins.edges],
-            "counts": [int(c) for c in bins.counts],
-            "accuracy": _nan_to_none(float(a) for a in bins.accuracy),
-            "confidence": _nan_to_none(float(c) for c in bins.confidence),
-        },
+        RELIABILITY: _bins_record(bins),
     }
     torch.save(last_state, out / _CKPT_FILE)
     _draw_reliability(final, out / RELIABILITY_PLOT, options.get("trial_id", "trial"))
@@ -441,6 +436,16 @@ def dataset_options(cfg: RunConfig) -> dict[str, Any]:
     return {"crop_size": cfg.crop_size} if dataset_task(cfg.dataset) == "segmentation" else {}
 
 
+def _bins_record(bins: Any) -> dict[str, list]:
+    """Reliability bins as JSON-ready lists (the last report's :data:`RELIABILITY`)."""
+    return {
+        "edges": [float(e) for e in bins.edges],
+        "counts": [int(c) for c in bins.counts],
+        "accuracy": _nan_to_none(float(a) for a in bins.accuracy),
+        "confidence": _nan_to_none(float(c) for c in bins.confidence),
+    }
+
+
 def _final_report_dense(result: Any, cfg: RunConfig, last_state: dict[str, Any],
                         options: dict[str, Any], out: Path) -> dict[str, Any]:
     """A segmentation trial's last report: pixel reliability bins, IoU table, confidence maps.
@@ -459,12 +464,7 @@ def _final_report_dense(result: Any, cfg: RunConfig, last_state: dict[str, Any],
         "epoch": cfg.epochs,
         **result.metrics,
         COMPLETED: True,
-        RELIABILITY: {
-            "edges": [float(e) for e in bins.edges],
-            "counts": [int(c) for c in bins.counts],
-            "accuracy": _nan_to_none(float(a) for a in bins.accuracy),
-            "confidence": _nan_to_none(float(c) for c in bins.confidence),
-        },
+        RELIABILITY: _bins_record(bins),
     }
     torch.save(last_state, out / _CKPT_FILE)
     _draw_reliability(final, out / RELIABILITY_PLOT, options.get("trial_id", "trial"))

@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 from torchvision.transforms.v2 import functional as TF
 
-from raysearch.data import DatasetError, available_datasets, dataset_defaults, load_dataset
+from raysearch.data import DatasetError, dataset_defaults, load_dataset
 from raysearch.data.cub import (
     CUB_URL,
     CUBImageDataset,
@@ -243,7 +243,6 @@ def test_training_items_are_augmented(tree):
     torch.testing.assert_close(splits.train[0][0], draws[0], rtol=0, atol=0)
 
 
-@pytest.mark.skipif("cub200" not in available_datasets(), reason="cub200 not registered yet")
 def test_registered(tree):
     assert dataset_defaults("cub200") == {"val_fraction": 0.1, "test_fraction": None}
     splits = load_dataset("cub200", seed=0, data_dir=tree)

@@ -255,25 +255,6 @@ def test_weights_name_from_cache(torch_home):
     _assert_backbone_equal(model, state)
 
 
-def test_weights_name_download(torch_home, monkeypatch):
-    """download=True goes through weights.get_state_dict; the network call is faked."""
-    state = _imagenet_resnet18()
-    calls = []
-
-    def fake_download(url, dst, hash_prefix=None, progress=True):
-        calls.append(url)
-        torch.save(state, dst)
-
-    monkeypatch.setattr(torch.hub, "download_url_to_file", fake_download)
-    model = _model()
-    with pytest.warns(UserWarning, match="f37072fd"):
-        info = load_pretrained(model, "ResNet18_Weights.IMAGENET1K_V1", download=True)
-
-    assert calls == ["https://download.pytorch.org/models/" + RESNET18_FILE]
-    assert info.sha256 == file_sha256(torch_home / RESNET18_FILE)
-    _assert_backbone_equal(model, state)
-
-
 @pytest.mark.parametrize(
     ("name", "match"),
     [
