@@ -459,7 +459,7 @@ def prepare_data(space: SearchSpace, settings: SweepSettings,
     import torch
 
     from raysearch.data import load_dataset
-    from raysearch.models import build_model, is_segmentation_model
+    from raysearch.models import available_models, build_model, is_segmentation_model
 
     if settings.download:
         say(f"checking {settings.dataset} in {settings.data_dir} (downloading what is missing)")
@@ -491,8 +491,8 @@ def prepare_data(space: SearchSpace, settings: SweepSettings,
         dense_model = is_segmentation_model(model)
         if segmentation and not dense_model:
             raise ValueError(f"--dataset {settings.dataset} is a segmentation dataset: choose a "
-                             f"segmentation --model (deeplabv3_resnet50, deeplabv3_resnet101, "
-                             f"deeplabv3_resnet34, fcn_resnet50, lraspp_mobilenet_v3_large), "
+                             f"segmentation --model "
+                             f"({', '.join(available_models(task='segmentation'))}), "
                              f"not '{model}'")
         if not segmentation and dense_model:
             raise ValueError(f"--model {model} is a segmentation model: it needs a segmentation "
