@@ -315,20 +315,6 @@ _IMAGENET_MEAN = np.array([0.485, 0.456, 0.406])
 _IMAGENET_STD = np.array([0.229, 0.224, 0.225])
 
 
-def _voc_palette(n: int = 256) -> np.ndarray:
-    """The PASCAL VOC colour map (bit-interleaved class ids), (n, 3) floats in [0, 1]."""
-    colours = np.zeros((n, 3))
-    for i in range(n):
-        c, r, g, b = i, 0, 0, 0
-        for j in range(8):
-            r |= ((c >> 0) & 1) << (7 - j)
-            g |= ((c >> 1) & 1) << (7 - j)
-            b |= ((c >> 2) & 1) << (7 - j)
-            c >>= 3
-        colours[i] = (r, g, b)
-    return colours / 255.0
-
-
 def confidence_maps(
     images: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
     path: str | Path,
@@ -353,7 +339,9 @@ def confidence_maps(
     """
     if not images:
         raise ValueError("confidence maps of no image")
-    palette = _voc_palette()
+    from raysearch.data.segmentation import voc_palette
+
+    palette = voc_palette() / 255.0
     rows = len(images)
     fig, axes = plt.subplots(rows, 4, figsize=(9.6, 2.5 * rows), squeeze=False)
     shown = None

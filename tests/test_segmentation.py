@@ -15,24 +15,11 @@ from PIL import Image
 
 from raysearch.cli import main
 from raysearch.config import RunConfig
+from raysearch.data.segmentation import voc_palette
 from raysearch.selection import select_best
 
 CROP = 64
 CLASSES_USED = (0, 1, 7, 15)  # background, aeroplane, car, person
-
-
-def _palette() -> list[int]:
-    out = []
-    for i in range(256):
-        r = g = b = 0
-        c = i
-        for j in range(8):
-            r |= ((c >> 0) & 1) << (7 - j)
-            g |= ((c >> 1) & 1) << (7 - j)
-            b |= ((c >> 2) & 1) << (7 - j)
-            c >>= 3
-        out += [r, g, b]
-    return out
 
 
 def write_voc(root, *, n_train: int = 8, n_val: int = 4, bad_value: int | None = None):
@@ -61,7 +48,7 @@ def write_voc(root, *, n_train: int = 8, n_val: int = 4, bad_value: int | None =
             mask[0, 0] = bad_value
         Image.fromarray(image).save(voc / "JPEGImages" / f"{stem}.jpg", quality=95)
         png = Image.fromarray(mask, mode="P")
-        png.putpalette(_palette())
+        png.putpalette(voc_palette().ravel().tolist())
         png.save(voc / "SegmentationClass" / f"{stem}.png")
     sets = voc / "ImageSets" / "Segmentation"
     (sets / "train.txt").write_text("".join(s + "\n" for s in stems[:n_train]))

@@ -135,6 +135,24 @@ SCALE_RANGE = (0.5, 2.0)
 #: Brightness, contrast and saturation jitter of the training images.
 COLOR_JITTER = 0.2
 
+def voc_palette() -> np.ndarray:
+    """The PASCAL VOC colour map of the devkit's ``labelcolormap``: (256, 3) uint8 RGB.
+
+    Class id i (0..255, 255 = the boundary label) gets the colour whose bits interleave the
+    bits of i; the ``SegmentationClass`` PNGs of VOC carry this palette.
+    """
+    colours = np.zeros((256, 3), np.uint8)
+    for i in range(256):
+        c, r, g, b = i, 0, 0, 0
+        for j in range(8):
+            r |= ((c >> 0) & 1) << (7 - j)
+            g |= ((c >> 1) & 1) << (7 - j)
+            b |= ((c >> 2) & 1) << (7 - j)
+            c >>= 3
+        colours[i] = (r, g, b)
+    return colours
+
+
 #: The 21 PASCAL VOC segmentation classes, index = class id in the masks: the background and
 #: the devkit's 20 object classes.
 VOC_CLASSES = ("background", *_VOC_OBJECTS)

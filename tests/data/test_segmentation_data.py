@@ -61,21 +61,6 @@ def _no_network(monkeypatch):
 # writers of the real formats
 
 
-def _voc_palette() -> list[int]:
-    """The VOC colour map (devkit's labelcolormap): index i -> bit-interleaved RGB."""
-    palette = []
-    for i in range(256):
-        r = g = b = 0
-        c = i
-        for j in range(8):
-            r |= ((c >> 0) & 1) << (7 - j)
-            g |= ((c >> 1) & 1) << (7 - j)
-            b |= ((c >> 2) & 1) << (7 - j)
-            c >>= 3
-        palette += [r, g, b]
-    return palette
-
-
 def _mask_array(size: tuple[int, int], cls: int) -> np.ndarray:
     """Background 0, an object of class `cls` in the middle, a 1-pixel 255 border around it."""
     w, h = size
@@ -95,7 +80,7 @@ def _write_jpeg(path: Path, size: tuple[int, int], seed: int) -> None:
 
 def _write_palette_png(path: Path, mask: np.ndarray) -> None:
     image = Image.fromarray(mask, mode="P")
-    image.putpalette(_voc_palette())
+    image.putpalette(seg.voc_palette().ravel().tolist())
     path.parent.mkdir(parents=True, exist_ok=True)
     image.save(path)
 
