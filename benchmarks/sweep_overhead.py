@@ -8,7 +8,7 @@ same work) are trained four ways, with one torch thread per trial:
    ceiling for two concurrent trials;
 3. ``bare Ray Tune``: a ``tune.Tuner`` over the same configs (``reuse_actors=True``, 2 at a time)
    whose function calls the same ``fit`` and reports once at the end;
-4. ``raysearch sweep``: ``raysearch.sweep.run_sweep`` with its defaults (Optuna TPE, MLflow child
+4. ``raysearch sweep``: ``sweep_engine.run_sweep`` with its defaults (Optuna TPE, MLflow child
    runs with per-epoch metrics and a reliability diagram, temperature scaling, checkpoints, the
    Pareto plot and trials table at the end), 2 trials at a time.
 
@@ -139,7 +139,7 @@ def scenario(space: str, trials: int, epochs: int, concurrency: int, seconds: fl
     import ray
 
     from raysearch import tracking
-    from raysearch.sweep import SweepSettings, init_ray, run_sweep
+    from raysearch.sweep_engine import SweepSettings, init_ray, run_sweep
 
     uri = f"sqlite:///{tmp}/bench.db"
     client, uri = tracking.get_client(uri)

@@ -92,16 +92,27 @@ def tracking_options(func: Callable) -> Callable:
                    "trials are kept, unfinished and failed ones go on from their checkpoints. "
                    "Takes the sweep's own space and settings (give no SPACE; --address, "
                    "--tracking-uri and --experiment may be given).")
-@click.option("--dataset", default="digits", show_default=True,
-              help="Dataset: digits (bundled), cifar10, cifar100, svhn, mnist, fashion_mnist, "
-                   "tiny_imagenet, imagefolder.")
+@click.option("--dataset", default=None,
+              help="Dataset: a name (`raysearch list datasets`: digits, cifar10, ...) or the "
+                   "import string package.module:factory of your own [default: the space's, "
+                   "else digits].")
 @click.option("--data-dir", default=None, type=click.Path(file_okay=False),
               help="Folder holding the dataset in its standard layout (not needed for digits).")
 @click.option("--download", is_flag=True,
               help="Download the dataset into --data-dir if it is missing (never by default).")
 @click.option("--model", default=None,
-              help="Network [default: the space's, else cnn]: resnet20/32/56/110, resnet18/34/"
-                   "50/101, wrn28_10, densenet40, densenet_bc100, cnn, mlp, torchvision:<name>.")
+              help="Network: a name (`raysearch list models`: resnet20/32/56/110, resnet18/34/"
+                   "50/101, wrn28_10, densenet40, cnn, mlp, ...), torchvision:<name>, or the "
+                   "import string package.module:factory of your own [default: the space's, "
+                   "else cnn].")
+@click.option("--model-param", "model_params", multiple=True, metavar="KEY=VALUE",
+              help="A keyword argument of the model factory for every trial (repeatable; the "
+                   "value is read as YAML: 64, 0.1, true, [1, 2]).")
+@click.option("--data-param", "data_params", multiple=True, metavar="KEY=VALUE",
+              help="A keyword argument of the dataset factory for every trial (repeatable).")
+@click.option("--metric", "metrics", multiple=True, metavar="PACKAGE.MODULE:FN",
+              help="Your own metric fn(probs, labels) -> float: every trial logs val_<fn> and "
+                   "test_<fn>; usable in --objective and --ece-metric (repeatable).")
 @click.option("--val-fraction", default=None, type=float,
               help="Validation share carved (stratified) from the training split "
                    "[default: 0.1 for datasets with a test split, 0.2 of all for digits].")
@@ -157,9 +168,10 @@ def tracking_options(func: Callable) -> Callable:
 @click.option("--max-concurrent", default=2, show_default=True, type=int,
               help="Trials running at once.")
 @click.option("--epochs", default=None, type=int, help="Epochs per trial [default: the space's].")
-@click.option("--objective", default="pareto", show_default=True,
-              type=click.Choice(["pareto", "ece", "accuracy", "nll"]),
-              help="What the sampler optimises: pareto = (val accuracy max, val ECE min).")
+@click.option("--objective", default="pareto", show_default=True, metavar="NAME",
+              help="What the sampler optimises: pareto = (val accuracy max, val ECE min), ece, "
+                   "accuracy, nll, or any metric the trials report as METRIC[:min|max] "
+                   "(val_brier, your --metric's name).")
 @click.option("--sampler", default="tpe", show_default=True,
               type=click.Choice(["tpe", "nsga2", "random"]), help="Optuna sampler.")
 @click.option("--scheduler", default=None, type=click.Choice(["asha"]),
@@ -180,7 +192,8 @@ def tracking_options(func: Callable) -> Callable:
                    "(ts, ets, cts, pts, ts_sbece), or 'none'.")
 @click.option("--ece-metric", default="ece", show_default=True, metavar="NAME",
               help="Calibration error of the objective, the Pareto front and the selection "
-                   "rule: ece, aece, cece, ece_l2em, debiased_ce, sweep_ce, marginal_ece, ks.")
+                   "rule: ece, aece, cece, ece_l2em, debiased_ce, sweep_ce, marginal_ece, ks, "
+                   "brier, nll, or your --metric's name.")
 @click.option("--checkpoint-every", default=None, type=click.IntRange(min=0), metavar="N",
               help="Checkpoint every N epochs (0: the last epoch only) [default: once a "
                    "minute of training].")
@@ -193,8 +206,9 @@ def tracking_options(func: Callable) -> Callable:
 @tracking_options
 @click.pass_context
 @friendly_errors
-def sweep(ctx: click.Context, space: str | None, resume: str | None, dataset: str,
+def sweep(ctx: click.Context, space: str | None, resume: str | None, dataset: str | None,
           data_dir: str | None, download: bool, model: str | None,
+          model_params: tuple[str, ...], data_params: tuple[str, ...], metrics: tuple[str, ...],
           val_fraction: float | None, crop_size: int | None, pretrained_backbone: str | None,
           pretrained: str | None, freeze_backbone_epochs: int | None, head_lr: float | None,
           embeddings: str | None,
@@ -213,11 +227,11 @@ def sweep(ctx: click.Context, space: str | None, resume: str | None, dataset: st
     `raysearch sweep --resume NAME` continues a sweep whose driver was killed.
     """
     from raysearch.spaces import load_space
-    from raysearch.sweep import SweepSettings, resume_sweep, run_sweep
+    from raysearch.sweep_engine import SweepSettings, resume_sweep, run_sweep
 
     _quiet_mlflow()
     if resume is not None:
-        given = [f"--{p.name.replace('_', '-')}" for p in ctx.command.params
+        given = [p.opts[0] for p in ctx.command.params
                  if p.name not in ("resume", "address", "tracking_uri", "experiment", "space")
                  and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
         if space is not None:
@@ -248,7 +262,9 @@ def sweep(ctx: click.Context, space: str | None, resume: str | None, dataset: st
         workers_per_trial=workers_per_trial, gpus_per_worker=gpus_per_worker,
         cpus_per_worker=cpus_per_worker, max_failures=max_failures, fault_epoch=fault_drill,
         crop_size=crop_size, pretrained_backbone=pretrained_backbone, pretrained=pretrained,
-        freeze_backbone_epochs=freeze_backbone_epochs, head_lr=head_lr, embeddings=embeddings)
+        freeze_backbone_epochs=freeze_backbone_epochs, head_lr=head_lr, embeddings=embeddings,
+        metrics=metrics, extra_overrides={**_key_values(model_params, "model", "--model-param"),
+                                          **_key_values(data_params, "data", "--data-param")})
     settings.validate()
     loaded = load_space(space)
     result = run_sweep(loaded, settings, progress=_echo)
@@ -290,30 +306,28 @@ def train(config: str, epochs: int | None, name: str | None, data_dir: str | Non
     import yaml
 
     from raysearch.config import RunConfig
-    from raysearch.tracking import train_and_log
+    from raysearch.tracking import check_export_versions, train_and_log
 
     _quiet_mlflow()
 
     cfg = RunConfig.from_yaml(config)
     if epochs is not None:
         cfg.epochs = epochs
-        cfg.validate()
     if data_dir is not None:
-        cfg.data_dir = str(Path(data_dir).expanduser().resolve())
-    from raysearch.losses import build_loss
-
-    build_loss(cfg.method, **cfg.loss_params)  # fail fast on bad loss parameters
+        cfg.data.dir = str(Path(data_dir).expanduser().resolve())
     doc = yaml.safe_load(Path(config).read_text())
+    check_export_versions(doc, _echo)
     tags = {"raysearch.source_config": str(Path(config).resolve())}
     if isinstance(doc, dict) and doc.get("sweep"):
         tags["raysearch.source_sweep"] = str(doc["sweep"])
         tags["raysearch.source_run"] = str(doc.get("run_id", ""))
-    hp = ", ".join(f"{k}={v}" for k, v in cfg.loss_params.items())
-    click.echo(f"training {cfg.method}({hp}) on {cfg.dataset}, {cfg.epochs} epochs, "
-               f"seed {cfg.seed}")
-    run_id, metrics = train_and_log(cfg, tracking_uri=tracking_uri, experiment=experiment,
-                                    run_name=name, tags=tags, progress=_echo, device=device,
-                                    precision=precision)
+    hp = ", ".join(f"{k}={v}" for k, v in cfg.loss.params.items())
+    click.echo(f"training {cfg.loss.name}({hp}) with {cfg.model.name} on {cfg.data.name}, "
+               f"{cfg.epochs} epochs, seed {cfg.seed}")
+    run_id, metrics = train_and_log(
+        cfg, tracking_uri=tracking_uri, experiment=experiment, run_name=name, tags=tags,
+        progress=_echo, device=device, precision=precision,
+        metrics=(doc.get("metric_functions") or []) if isinstance(doc, dict) else [])
     click.echo(_metrics_line(metrics))
     click.echo(f"MLflow run {run_id}")
 
@@ -608,6 +622,35 @@ def calibrate(source: str, methods: str, classwise_scaling: str, fraction: float
         click.echo(f"MLflow run {run.info.run_id} ({uri})")
 
 
+@main.command("list")
+@click.argument("kind", type=click.Choice(["models", "datasets", "losses", "calibrators",
+                                           "metrics", "optimizers"]))
+@friendly_errors
+def list_command(kind: str) -> None:
+    """List the names KIND accepts and where each comes from (built-in or a plug-in).
+
+    Installed packages add names through entry points (groups raysearch.models,
+    raysearch.datasets, raysearch.losses, raysearch.calibrators, raysearch.metrics,
+    raysearch.optimizers); any import string package.module:attr works too without being
+    listed. A name declared twice is listed as an error (exit code 2).
+    """
+    from raysearch.registry import registry
+
+    reg = registry(kind)
+    entries = reg.entries()
+    clashes = reg.conflicts()
+    width = max((len(n) for n in entries), default=0)
+    for name in sorted(entries):
+        note = "  (declared twice: refused)" if name in clashes else ""
+        click.echo(f"{name:<{width}s}  {entries[name].source}{note}")
+    extra = " (and torchvision:<name>)" if kind == "models" else ""
+    click.echo(f"{len(entries)} {kind}{extra}; any import string package.module:attr works too")
+    for message in clashes.values():
+        click.echo(f"error: {message}", err=True)
+    if clashes:
+        sys.exit(_EXIT_BAD_INPUT)
+
+
 @main.group()
 def spaces() -> None:
     """List, show and validate search spaces."""
@@ -786,10 +829,17 @@ def _hp_text(row: Any) -> str:
         cfg = json.loads(row.get("config", "{}"))
     except (TypeError, ValueError):
         cfg = {}
-    params = dict(cfg.get("loss_params", {}))
+    if isinstance(cfg.get("loss"), dict):  # sections
+        params = dict(cfg["loss"].get("params") or {})
+        lr = (cfg.get("optimizer") or {}).get("lr")
+        params.update({f"model.{k}": v for k, v in
+                       ((cfg.get("model") or {}).get("params") or {}).items()
+                       if isinstance(v, (int, float, str, bool))})
+    else:  # the flat layout of earlier versions
+        params, lr = dict(cfg.get("loss_params", {})), cfg.get("lr")
     params.pop("variant", None)
-    if "lr" in cfg:
-        params["lr"] = cfg["lr"]
+    if lr is not None:
+        params["lr"] = lr
     return " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                     for k, v in params.items())
 
@@ -818,6 +868,23 @@ def _test_ece_ci(client: Any, run_id: str, calibrated: str | None) -> str:
     n = int(np.sum(test))
     return (f"{what}: {100 * point:.2f}% (95% bootstrap CI {100 * low:.2f}-{100 * high:.2f}%, "
             f"{n} test samples, 1000 replicates)")
+
+
+def _key_values(items: tuple[str, ...], section: str, option: str) -> dict[str, Any]:
+    """``("hidden=64",)`` -> ``{"model.hidden": 64}`` (values read as YAML)."""
+    import yaml
+
+    out = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{option} {item!r}: expected KEY=VALUE, e.g. hidden=64")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = text
+        out[f"{section}.{key.strip()}"] = value
+    return out
 
 
 def _names(text: str) -> tuple[str, ...]:

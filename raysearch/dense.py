@@ -100,6 +100,7 @@ def evaluate_dense(
     keep_images: int = 0,
     seed: int = 0,
     prepare: Any = None,
+    label: str = "the model",
 ) -> DenseEval:
     """Stream a split through `model` into calibration meters (no per-pixel storage).
 
@@ -120,6 +121,9 @@ def evaluate_dense(
             confidence. Defaults to 0.
         seed: seed of the pixel sample. Defaults to 0.
         prepare: optional callable applied to x before the forward pass (memory format).
+        label: the model's name in messages. Its output may be the logits, a tuple whose
+            first item is the logits, or a mapping with ``logits``
+            (:func:`raysearch.models.output_logits`).
 
     Returns:
         A :class:`DenseEval`.
@@ -129,6 +133,7 @@ def evaluate_dense(
             the labels' spatial shape.
     """
     from raysearch.metrics import CalibrationMeter
+    from raysearch.models import output_logits
 
     meters = [CalibrationMeter(num_classes, n_bins=n_bins, ignore_index=ignore_index)
               for _ in temperatures]
@@ -139,7 +144,8 @@ def evaluate_dense(
     try:
         with torch.inference_mode():
             for xb, yb in batches:
-                logits = model(prepare(xb) if prepare is not None else xb).float()
+                logits = output_logits(model(prepare(xb) if prepare is not None else xb),
+                                       model=label).float()
                 if logits.shape[-2:] != yb.shape[-2:]:
                     raise ValueError(f"the model's logits {tuple(logits.shape)} do not match the "
                                      f"masks {tuple(yb.shape)}")

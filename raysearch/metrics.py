@@ -74,6 +74,7 @@ __all__ = [
     "adaptive_ece",
     "average_confidence",
     "brier",
+    "calibration_report",
     "calibration_summary",
     "classwise_ece",
     "debiased_ece",
@@ -2339,3 +2340,46 @@ class CalibrationMeter:
             "n_aece": float(fill),
             "n_released": float(released_n),
         }
+
+
+def calibration_report(scores: Any, labels: Any, *, n_bins: int = 15,
+                       inputs: str = "auto", prefix: str = "") -> dict[str, float]:
+    """Every metric a raysearch trial logs, from a split's logits or probabilities.
+
+    For a Tune trainable of your own: report ``calibration_report(val_logits, val_labels,
+    prefix="val_")`` and the selection rule, the Pareto front and the MLflow callback read the
+    same names as a raysearch trial's (``val_accuracy``, ``val_ece``, ...).
+
+    Keys: :func:`calibration_summary`'s (``accuracy``, ``ece``, ``aece``, ``cece``, ``mce``,
+    ``nll``, ``brier``) then :func:`estimator_summary`'s (``ece_l2em``, ``debiased_ce``,
+    ``sweep_ce``, ``marginal_ece``, ``ks``); calibration errors are fractions in [0, 1].
+
+    Args:
+        scores: (N, K) float logits or probabilities, NumPy array or torch tensor.
+        labels: (N,) integer class indices in [0, K).
+        n_bins: bins of the binned metrics (>= 1). Defaults to ``15``.
+        inputs: ``"logits"``, ``"probs"``, or ``"auto"`` (default): probabilities when every
+            entry is in [0, 1] and every row sums to 1 (within 1e-3), else logits (softmax).
+        prefix: put before every key (``"val_"``). Defaults to ``""``.
+
+    Returns:
+        dict[str, float]: the twelve metrics.
+
+    Raises:
+        TypeError: if ``n_bins`` is not an integer.
+        ValueError: for an unknown `inputs`, invalid `scores` / `labels` (shapes, NaN, labels
+            outside [0, K)), or probabilities whose rows do not sum to 1.
+    """
+    if inputs not in ("auto", "logits", "probs"):
+        raise ValueError(f"`inputs` must be 'auto', 'logits' or 'probs', got {inputs!r}")
+    values = np.asarray(scores.detach().cpu() if hasattr(scores, "detach") else scores,
+                        dtype=np.float64)
+    if inputs == "auto":
+        is_probs = (values.ndim == 2 and values.size > 0 and values.min() >= 0
+                    and values.max() <= 1
+                    and np.allclose(values.sum(axis=1), 1.0, atol=_ROW_SUM_TOLERANCE))
+        inputs = "probs" if is_probs else "logits"
+    probs = values if inputs == "probs" else softmax(values, axis=1)
+    report = {**calibration_summary(probs, labels, n_bins=n_bins),
+              **estimator_summary(probs, labels, n_bins=n_bins)}
+    return {f"{prefix}{key}": value for key, value in report.items()}

@@ -60,6 +60,7 @@ from raysearch.metrics import (
     reliability_bins,
     softmax,
 )
+from raysearch.registry import is_import_string
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -820,7 +821,7 @@ def calibrate_outputs(
             f"`methods` must name at least one calibrator; available: {', '.join(available)}"
         )
     for name in names:
-        if name not in available:
+        if name not in available and not is_import_string(name):
             raise ValueError(f"Unknown calibrator {name!r}; available: {', '.join(available)}")
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:

@@ -45,7 +45,7 @@ from raysearch.metrics import calibration_summary, softmax
 from raysearch.posthoc import Outputs, split_outputs
 from raysearch.selection import select_best
 from raysearch.spaces import SpaceError, _fmt, _locate, _one_line, _parse_spec, _read_yaml, _Spec
-from raysearch.sweep import init_ray, make_sampler
+from raysearch.sweep_engine import init_ray, make_sampler
 
 if TYPE_CHECKING:
     import optuna

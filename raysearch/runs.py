@@ -16,6 +16,8 @@ from typing import Any
 
 from mlflow.tracking import MlflowClient
 
+from raysearch.config import DEFAULT_EXPERIMENT  # noqa: F401 (re-exported)
+
 SWEEP_TAG = "raysearch.sweep"
 CONFIG_TAG = "raysearch.config"
 COMPLETE_TAG = "raysearch.complete"
@@ -41,7 +43,6 @@ CONFIGURATION_TAG = "raysearch.configuration"
 REPEATS_TAG = "raysearch.repeats"
 #: Configuration-run tag: ``<complete seeds>/<seeds>`` its mean and SEM were computed over.
 SEEDS_TAG = "raysearch.seeds"
-DEFAULT_EXPERIMENT = "raysearch"
 #: Experiment tag that MLflow 3's UI reads for the kind of an experiment, and our value for it
 #: ("model training", not GenAI: the UI then does not ask which kind the experiment is).
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"

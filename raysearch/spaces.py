@@ -14,6 +14,28 @@ file (``acls.yaml``)::
       batch_size: {choices: [32, 64, 128]}   # categorical
       epochs: 10
 
+Sections ``model:``, ``data:`` and ``optimizer:`` hold the keyword arguments of the model
+factory, the dataset factory and the optimizer, fixed or searched with the same syntax;
+``name`` in each names the factory (a registered name or an import string), ``lr`` and
+``weight_decay`` of the optimizer are its own. A list is a fixed value there (``betas``)::
+
+    method: mypkg.losses:FocalPlus        # an import string works wherever a name does
+    params: {gamma: {low: 1.0, high: 3.0}}
+    model:
+      name: mypkg.models:make_net
+      hidden: {low: 16, high: 128}        # int range: the factory's own argument
+    data:
+      name: mypkg.data:load_table
+      n_features: 20
+    optimizer:
+      name: adamw
+      lr: {low: 1.0e-4, high: 1.0e-2, log: true}
+      weight_decay: {low: 1.0e-4, high: 0.1, log: true}
+      betas: [0.9, 0.999]
+
+Their trial-config and MLflow names are ``model.hidden``, ``data.n_features``,
+``optimizer.weight_decay`` (the factory names: ``model``, ``dataset``, ``optimizer``).
+
 The conditional file (``all.yaml``) picks the method first and takes each branch's ``params``
 from ``<method>.yaml`` (the file next to ``all.yaml`` if there is one, else the bundled one)::
 
@@ -46,6 +68,7 @@ This module imports neither Ray nor MLflow; Optuna only inside :meth:`SearchSpac
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import decimal
 import importlib.resources
@@ -62,6 +85,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from raysearch.config import TRAIN_KEYS, RunConfig
+from raysearch.registry import RegistryError, is_import_string
 
 if TYPE_CHECKING:
     import optuna
@@ -77,8 +101,10 @@ __all__ = [
 ]
 
 _SPEC_KEYS = ("type", "low", "high", "log", "step", "choices")
-_SINGLE_KEYS = ("method", "description", "params", "train")
-_CONDITIONAL_KEYS = ("methods", "description", "train")
+#: Sections holding a factory's keyword arguments, and the trial-config key of their ``name``.
+_FACTORY_SECTIONS = {"model": "model", "data": "dataset", "optimizer": "optimizer"}
+_SINGLE_KEYS = ("method", "description", "params", "train", *_FACTORY_SECTIONS)
+_CONDITIONAL_KEYS = ("methods", "description", "train", *_FACTORY_SECTIONS)
 _RANGE_KINDS = ("float", "int")
 #: Trial-config keys of a repeated sweep (``--repeats``): the configuration a trial is a seed
 #: of, and which seed (0-based; the trial trains with ``seed + index`` on the split of ``seed``).
@@ -240,12 +266,19 @@ def _divisible(low: float, high: float, step: float) -> bool:
     return span % decimal.Decimal(str(step)) == 0
 
 
-def _parse_spec(raw: Any, where: str, *, expect_float: bool) -> _Spec:
-    """Parse one spec; `where` is ``<file>: <key path>``; raises SpaceError."""
+def _parse_spec(raw: Any, where: str, *, expect_float: bool,
+                allow_list: bool = False) -> _Spec:
+    """Parse one spec; `where` is ``<file>: <key path>``; raises SpaceError.
+
+    With `allow_list` a list of scalars is a fixed value (a factory's tuple argument, such as
+    an optimizer's ``betas``).
+    """
 
     def error(problem: str) -> SpaceError:
         return SpaceError(f"{where}: {problem}")
 
+    if allow_list and isinstance(raw, list) and all(_is_scalar(v) for v in raw):
+        return _Spec("fixed", value=list(raw))
     if _is_scalar(raw):
         if isinstance(raw, float) and not math.isfinite(raw):
             raise error(f"a fixed value must be finite, got {raw!r}")
@@ -341,11 +374,10 @@ def _parse_spec(raw: Any, where: str, *, expect_float: bool) -> _Spec:
 # File parsing and validation.
 # --------------------------------------------------------------------------------------------
 
-_FLOAT_TRAIN_KEYS = frozenset(
-    f.name
-    for f in dataclasses.fields(RunConfig)
-    if f.name in TRAIN_KEYS and isinstance(f.default, float)
-)
+_FLOAT_TRAIN_KEYS = frozenset({"lr", "momentum", "weight_decay", "interleave_fraction",
+                               "lr_decay", "mixup_alpha", "cutmix_alpha", "head_lr",
+                               "optimizer.lr", "optimizer.weight_decay",
+                               "optimizer.momentum"})
 
 
 def _as_mapping(raw: Any, where: str) -> dict:
@@ -407,22 +439,92 @@ def _parse_train(raw: Any, label: str) -> dict[str, _Spec]:
             try:
                 RunConfig(**{**others, key: candidate})
             except (ValueError, TypeError) as exc:
-                raise SpaceError(f"{label}: train.{key}: {_one_line(exc)}") from None
+                # the key path says where; the config's section prefix would repeat it
+                text = re.sub(r"^(loss|model|data|optimizer|schedule): ", "", _one_line(exc))
+                raise SpaceError(f"{label}: train.{key}: {text}") from None
     return train
 
 
-def _check_method(method: Any, where: str) -> str:
-    from raysearch.losses import available_losses
+def _parse_sections(doc: Mapping[str, Any], label: str) -> dict[str, _Spec]:
+    """The ``model:``, ``data:`` and ``optimizer:`` sections as flat trial-config specs.
 
-    available = available_losses()
-    if not isinstance(method, str) or method not in available:
-        raise SpaceError(f"{where}: unknown method {method!r}; available: {', '.join(available)}")
+    ``name`` becomes the factory key (``model``, ``dataset``, ``optimizer``); the optimizer's
+    ``lr`` and ``weight_decay`` become ``optimizer.lr`` / ``optimizer.weight_decay``; every
+    other key the factory's keyword argument ``<section>.<key>``. A fixed factory name is
+    resolved now, and the keys it does not take are refused (a factory with ``**kwargs``
+    takes anything). Values are checked when the sweep builds the model and the data.
+    """
+    from raysearch.registry import check_keywords
+
+    out: dict[str, _Spec] = {}
+    for section, name_key in _FACTORY_SECTIONS.items():
+        raw = _as_mapping(doc.get(section), f"{label}: {section}")
+        if not raw:
+            continue
+        factory = None
+        for key, value in raw.items():
+            where = f"{label}: {section}.{key}"
+            if not isinstance(key, str) or not key:
+                raise SpaceError(f"{where}: keys must be non-empty strings")
+            if key == "name":
+                spec = _parse_spec(value, where, expect_float=False)
+                if spec.kind == "fixed":
+                    factory = _resolve_factory(section, spec.value, where)
+                out[name_key] = spec
+                continue
+            flat = f"{section}.{key}"
+            out[flat] = _parse_spec(value, where, expect_float=flat in _FLOAT_TRAIN_KEYS,
+                                    allow_list=True)
+        if factory is not None:
+            given = [k for k in raw if k != "name"
+                     and not (section == "optimizer" and k in ("lr", "weight_decay"))]
+            try:
+                check_keywords(factory, given, what=f"{section} {raw['name']!r}",
+                               reserved=("num_classes", "input_shape", "data_dir", "seed",
+                                         "val_fraction", "params", "self"))
+            except ValueError as exc:
+                raise SpaceError(f"{label}: {section}: {_one_line(exc)}") from None
+    return out
+
+
+def _resolve_factory(section: str, name: Any, where: str) -> Any:
+    """The factory a section's fixed ``name`` stands for (imports an import string)."""
+    from raysearch.registry import registry
+
+    kind = {"model": "models", "data": "datasets", "optimizer": "optimizers"}[section]
+    if kind == "optimizers":
+        from raysearch.optim import optimizer_class
+
+        try:
+            return optimizer_class(name)
+        except ValueError as exc:
+            raise SpaceError(f"{where}: {_one_line(exc)}") from None
+    try:
+        return registry(kind).get(_given(kind, name))
+    except (RegistryError, ValueError) as exc:
+        raise SpaceError(f"{where}: {_one_line(exc)}") from None
+
+
+def _check_method(method: Any, where: str) -> str:
+    from raysearch.losses import LOSS_REGISTRY
+
+    if not isinstance(method, str) or not method:
+        raise SpaceError(f"{where}: `method` must be a loss name or an import string "
+                         f"package.module:attr, got {method!r}")
+    try:
+        LOSS_REGISTRY.get(_given("losses", method))
+    except RegistryError as exc:
+        text = _one_line(exc)
+        if not is_import_string(method):
+            text = text.replace("Unknown loss", "unknown method", 1)
+        raise SpaceError(f"{where}: {text}") from None
     return method
 
 
 def _parse_params(method: str, raw: Any, label: str) -> dict[str, _Spec]:
     from raysearch.losses import build_loss, loss_parameters
 
+    loss_label, method = method, _given("losses", method)
     accepted = dict(loss_parameters(method))
     params: dict[str, _Spec] = {}
     for key, value in _as_mapping(raw, f"{label}: params").items():
@@ -430,7 +532,7 @@ def _parse_params(method: str, raw: Any, label: str) -> dict[str, _Spec]:
         if key not in accepted:
             names = ", ".join(accepted) if accepted else "none"
             raise SpaceError(
-                f"{where}: loss {method!r} has no parameter {key!r}; accepted: {names}"
+                f"{where}: loss {loss_label!r} has no parameter {key!r}; accepted: {names}"
             )
         if key == "method" or key in TRAIN_KEYS:
             raise SpaceError(f"{where}: name clashes with the training key {key!r}")
@@ -637,6 +739,22 @@ class SearchSpace:
             data["seed"] = base + index
         return RunConfig.from_dict(data)
 
+    def end_config(self, which: str = "low", method: str | None = None) -> dict[str, Any]:
+        """A flat trial config with every parameter at its `which` end (``low`` or ``high``).
+
+        The low (high) end of every range, the first (last) choice, every fixed value: what
+        the sweep's driver builds before Ray starts, to fail early on values a factory rejects.
+
+        Args:
+            which: ``"low"`` or ``"high"``.
+            method: the branch of a conditional space (default: the first).
+        """
+        method = method or self.methods[0]
+        flat: dict[str, Any] = {"method": method}
+        flat.update({self._key(method, k): s.end(which) for k, s in self._branches[method].items()})
+        flat.update({k: s.end(which) for k, s in self._train.items()})
+        return flat
+
     def train_values(self, key: str) -> tuple[Any, ...]:
         """Values a training key can take in this space (empty: left at its default).
 
@@ -673,9 +791,21 @@ class SearchSpace:
                 title += f" {self._descriptions[method]}"
             rows = [(self._key(method, k), *spec.row()) for k, spec in params.items()]
             groups.append((title, rows or [("(none)", "", "", "")]))
-        train_rows = [(k, *spec.row()) for k, spec in self._train.items()]
+        def section_of(key: str) -> str:
+            head = key.split(".", 1)[0]
+            if head not in ("model", "dataset", "data", "optimizer"):
+                return "train"
+            return "data" if head == "dataset" else head
+
+        train_rows = [(k, *spec.row()) for k, spec in self._train.items()
+                      if section_of(k) == "train"]
         title = "[train] shared by every method" if self.conditional else "[train]"
         groups.append((title, train_rows or [("(none: RunConfig defaults)", "", "", "")]))
+        for section in ("model", "data", "optimizer"):
+            rows = [(k, *spec.row()) for k, spec in self._train.items()
+                    if section_of(k) == section]
+            if rows:
+                groups.append((f"[{section}]", rows))
 
         all_rows = [header] + [r for _, rows in groups for r in rows]
         widths = [max(len(r[i]) for r in all_rows) for i in range(3)]
@@ -798,6 +928,14 @@ def _stamp(path: Path) -> tuple[str, int, int]:
 
 
 _CACHE: dict[str, tuple[tuple[tuple[str, int, int], ...], SearchSpace]] = {}
+#: Objects given through the Python API while a space is parsed (see :func:`space_from_dict`).
+_COMPONENTS: contextvars.ContextVar[Mapping[str, Mapping[str, Any]] | None] = \
+    contextvars.ContextVar("raysearch_space_components", default=None)
+
+
+def _given(kind: str, name: Any) -> Any:
+    """The API's object for `name` when one was given, else `name`."""
+    return ((_COMPONENTS.get() or {}).get(kind) or {}).get(name, name)
 
 
 def _parse_single(doc: dict, label: str) -> tuple[str, str, dict[str, _Spec], dict[str, _Spec]]:
@@ -806,13 +944,31 @@ def _parse_single(doc: dict, label: str) -> tuple[str, str, dict[str, _Spec], di
         raise SpaceError(f"{label}: expected a single-method file with `method:`")
     method = _check_method(doc["method"], f"{label}: method")
     params = _parse_params(method, doc.get("params"), label)
-    train = _parse_train(doc.get("train"), label)
+    train = _merge_sections(_parse_train(doc.get("train"), label), doc, label)
     return method, doc.get("description") or "", params, train
+
+
+def _merge_sections(train: dict[str, _Spec], doc: Mapping[str, Any],
+                    label: str) -> dict[str, _Spec]:
+    """`train` plus the ``model:``/``data:``/``optimizer:`` sections (a key set once only)."""
+    sections = _parse_sections(doc, label)
+    for key in sections:
+        legacy = {"optimizer.lr": "lr", "optimizer.weight_decay": "weight_decay",
+                  "optimizer.momentum": "momentum"}.get(key, key)
+        if legacy in train:
+            raise SpaceError(f"{label}: {key} is set twice (in train: as {legacy!r} and in its "
+                             "section): keep one")
+    return {**train, **sections}
 
 
 def _load(path: Path, label: str) -> tuple[SearchSpace, list[Path]]:
     """Parse and validate one file; returns the space and the files it was built from."""
     doc = _check_top_level(_read_yaml(path, label), label)
+    return _from_doc(doc, path, label)
+
+
+def _from_doc(doc: dict, path: Path, label: str) -> tuple[SearchSpace, list[Path]]:
+    """Parse and validate a checked document; returns the space and the files it used."""
     name = path.stem
     description = doc.get("description") or ""
     if "method" in doc:
@@ -858,7 +1014,7 @@ def _load(path: Path, label: str) -> tuple[SearchSpace, list[Path]]:
         branches[method] = MappingProxyType(params)
         descriptions[method] = branch_description
         files.append(branch_path)
-    train = _parse_train(doc.get("train"), label)
+    train = _merge_sections(_parse_train(doc.get("train"), label), doc, label)
     space = SearchSpace(
         name=name,
         path=path,
@@ -901,6 +1057,31 @@ def load_space(name_or_path: str | Path) -> SearchSpace:
     space, files = _load(path, label)
     _CACHE[key] = (tuple(_stamp(p) for p in files), space)
     return space
+
+
+def space_from_dict(doc: Mapping[str, Any], name: str = "space", *,
+                    components: Mapping[str, Mapping[str, Any]] | None = None) -> SearchSpace:
+    """A search space from a Python mapping in the YAML files' format (the Python API's way).
+
+    Args:
+        doc: the document: ``method`` (or ``methods``), ``params``, ``train``, ``model``,
+            ``data``, ``optimizer``, as in a file.
+        name: the space's name (sweep names and MLflow show it).
+        components: objects given through the Python API by label (``{"losses": {label:
+            cls}}``): a ``method`` equal to a label is that object.
+
+    Returns:
+        The validated :class:`SearchSpace`.
+
+    Raises:
+        SpaceError: as :func:`load_space`, naming `name` instead of a file.
+    """
+    token = _COMPONENTS.set(components or {})
+    try:
+        checked = _check_top_level(dict(doc), name)
+        return _from_doc(checked, Path(f"{name}.yaml"), name)[0]
+    finally:
+        _COMPONENTS.reset(token)
 
 
 def validate_space(name_or_path: str | Path) -> SearchSpace:

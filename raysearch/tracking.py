@@ -9,7 +9,6 @@ SQLite store at once race on its migrations).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import math
@@ -30,7 +29,7 @@ from mlflow.tracking import MlflowClient
 from ray import tune
 
 from raysearch import plots
-from raysearch.config import RunConfig
+from raysearch.config import SELECTIONS, RunConfig
 from raysearch.runs import (  # noqa: F401 (re-exported: the public names of this module)
     COMPLETE_TAG,
     CONFIG_TAG,
@@ -108,28 +107,42 @@ def _numeric_metrics(result: dict[str, Any]) -> dict[str, float]:
 
 
 def run_params(cfg: RunConfig) -> dict[str, Any]:
-    """MLflow params of a run: the hyperparameters under plain names, plus the run settings."""
-    params = {"method": cfg.method, **cfg.loss_params}
-    for key in ("dataset", "model", "epochs", "seed", "lr", "momentum", "weight_decay",
-                "batch_size"):
-        params[key] = getattr(cfg, key)
+    """MLflow params of a run: the hyperparameters under plain names, plus the run settings.
+
+    The loss's parameters under their own names (``margin``), ``method``, ``dataset``,
+    ``model``, ``epochs``, ``seed``, ``lr``, ``batch_size``; the keyword arguments of the
+    optimizer, the model factory and the dataset factory as ``optimizer.<kw>`` (with
+    ``optimizer`` the optimizer's name), ``model.<kw>``, ``data.<kw>``; the other settings
+    only where they differ from their defaults.
+    """
+    params: dict[str, Any] = {"method": cfg.loss.name, **cfg.loss.params}
+    params.update({"dataset": cfg.data.name, "model": cfg.model.name, "epochs": cfg.epochs,
+                   "seed": cfg.seed, "lr": cfg.optimizer.lr, "batch_size": cfg.batch_size,
+                   "optimizer": cfg.optimizer.name})
+    kwargs = cfg.optimizer.kwargs()
+    params.update({f"optimizer.{k}": v for k, v in kwargs.items() if k != "lr"})
+    params.update({f"model.{k}": v for k, v in cfg.model.params.items()})
+    params.update({f"data.{k}": v for k, v in cfg.data.params.items()})
     if cfg.interleaved:
         params["interleaved"] = True
         params["interleave_fraction"] = cfg.interleave_fraction
     # the rest only where it differs from the default, so digits runs keep their short list
-    for key in ("data_seed", "val_fraction", "test_fraction", "imbalance_ratio", "schedule",
-                "milestones", "lr_decay", "warmup_epochs", "nesterov", "mixup_alpha",
-                "cutmix_alpha", "crop_size", "pretrained_backbone", "pretrained",
-                "freeze_backbone_epochs", "head_lr", "embeddings", "optimizer"):
-        value = getattr(cfg, key)
-        if value != _RUN_DEFAULTS[key]:
-            params[key] = value
-    if cfg.pretrained:  # which weights exactly: `raysearch train` of the config is reproducible
-        params["pretrained_sha256"] = _weights_sha256(cfg.pretrained)
+    flat = {"data_seed": cfg.data.seed, "val_fraction": cfg.data.val_fraction,
+            "schedule": cfg.schedule.name, "milestones": cfg.schedule.milestones,
+            "lr_decay": cfg.schedule.lr_decay, "warmup_epochs": cfg.schedule.warmup_epochs,
+            "mixup_alpha": cfg.mixup_alpha, "cutmix_alpha": cfg.cutmix_alpha,
+            "pretrained": cfg.model.pretrained,
+            "freeze_backbone_epochs": cfg.model.freeze_backbone_epochs,
+            "head_lr": cfg.model.head_lr}
+    params.update({k: v for k, v in flat.items() if v != _RUN_DEFAULTS[k]})
+    if cfg.model.pretrained:  # which weights exactly: `raysearch train` of the config is
+        params["pretrained_sha256"] = _weights_sha256(cfg.model.pretrained)  # reproducible
     return params
 
 
-_RUN_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+_RUN_DEFAULTS = {"data_seed": None, "val_fraction": None, "schedule": "cosine", "milestones": "",
+                 "lr_decay": 0.1, "warmup_epochs": 0, "mixup_alpha": 0.0, "cutmix_alpha": 0.0,
+                 "pretrained": None, "freeze_backbone_epochs": 0, "head_lr": None}
 
 
 def _weights_sha256(weights: str) -> str:
@@ -160,8 +173,17 @@ _SHA_CACHE: dict[tuple[str, float], str] = {}
 
 
 def log_params(client: MlflowClient, run_id: str, params: dict[str, Any]) -> None:
-    """Log params in one batch (values as strings, as MLflow stores them)."""
-    client.log_batch(run_id, params=[Param(k, str(v)) for k, v in params.items()])
+    """Log params in one batch (values as strings, as MLflow stores them; long ones cut)."""
+    client.log_batch(run_id, params=[Param(k, _param_text(v)) for k, v in params.items()])
+
+
+def _param_text(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= _PARAM_CHARS else text[:_PARAM_CHARS - 3] + "..."
+
+
+#: Longest param value logged (MLflow stores at most 6,000 characters).
+_PARAM_CHARS = 1000
 
 
 def log_epochs(client: MlflowClient, run_id: str, epochs: list[tuple[int, dict[str, float]]],
@@ -369,6 +391,9 @@ class MlflowSweepCallback(tune.Callback):
 
     #: Shortest gap (seconds) between two epoch lines of one running trial.
     EPOCH_LINE_EVERY_S = 30.0
+    #: A trial counts as complete only when its last result says ``completed: True`` (what
+    #: raysearch's trainable reports); False: unless it says ``completed: False``.
+    requires_completed = True
 
     def __init__(self, client: MlflowClient, experiment_id: str, parent_run_id: str,
                  sweep_name: str, space: SearchSpace, overrides: dict[str, Any],
@@ -503,11 +528,7 @@ class MlflowSweepCallback(tune.Callback):
                 self._submit(lambda: self._reopen(tid))
             return
         book.started[tid] = time.monotonic()
-        try:
-            cfg = self.space.resolve(trial.config, **self.overrides)
-            cfg_json, params, method = json.dumps(cfg.to_dict()), run_params(cfg), cfg.method
-        except ValueError as exc:  # a config the space cannot resolve: the trial will fail too
-            cfg_json, params, method = "{}", {"error": str(exc)[:400]}, "?"
+        cfg_json, params, method = self.describe(trial.config)
         gid = trial.config.get(CONFIG_ID_KEY) if self.repeats > 1 else None
         orphan = next((r for r, c in book.orphans.items() if c == cfg_json), None)
         if orphan is not None:
@@ -560,11 +581,7 @@ class MlflowSweepCallback(tune.Callback):
         if gid not in book.config_index:
             number = book.config_index[gid] = len(book.config_index)
             base = {k: v for k, v in trial.config.items() if k != SEED_INDEX_KEY}
-            try:
-                base_cfg = self.space.resolve(base, **self.overrides)
-                base_json, base_params = json.dumps(base_cfg.to_dict()), run_params(base_cfg)
-            except ValueError as exc:
-                base_json, base_params = "{}", {"error": str(exc)[:400]}
+            base_json, base_params, _ = self.describe(base)
 
             def create_configuration() -> None:
                 run = self.client.create_run(
@@ -608,6 +625,35 @@ class MlflowSweepCallback(tune.Callback):
             line = summarize_configuration(self.client, self.experiment_id, config_run)
             if line and self.progress is not None:
                 self.progress(line)
+
+    def describe(self, config: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
+        """(config JSON, MLflow params, short method name) of a trial config.
+
+        The config is resolved through the sweep's space into a :class:`RunConfig`; a config
+        the space cannot resolve (the trial will fail too) gets an ``error`` param.
+        """
+        try:
+            cfg = self.space.resolve(config, **self.overrides)
+        except ValueError as exc:
+            return "{}", {"error": str(exc)[:400]}, "?"
+        return json.dumps(cfg.to_dict()), run_params(cfg), _short_name(cfg.loss.name)
+
+    def headline(self, config: dict[str, Any]) -> str:
+        """The method and hyperparameters of a trial, for its progress line."""
+        try:
+            cfg = self.space.resolve(config, **self.overrides)
+        except ValueError:
+            return "?"
+        shown = {**cfg.loss.params, "lr": cfg.optimizer.lr}
+        # the factories' arguments the space searches (model.hidden, optimizer.weight_decay)
+        shown.update({k: v for k, v in config.items() if "." in k
+                      and k.split(".", 1)[0] in ("model", "data", "optimizer")
+                      and k not in ("optimizer.lr",)})
+        hp = " ".join(f"{k}={_short(v)}" for k, v in shown.items() if k != "variant")
+        head = f"{_short_name(cfg.loss.name):<6s} {hp}"
+        if self.repeats > 1 and SEED_INDEX_KEY in config:
+            head += f" seed {cfg.seed}"
+        return head
 
     def _reopen(self, tid: str) -> None:
         run_id = self.book.children[tid]
@@ -700,7 +746,7 @@ class MlflowSweepCallback(tune.Callback):
         if result.get(DIVERGED):
             self._fail(trial, str(result[DIVERGED]), result, outcome="diverged")
             return
-        complete = bool(result.get(COMPLETED))
+        complete = bool(result.get(COMPLETED, not self.requires_completed))
         checkpoint = trial.checkpoint if complete else None
 
         def finish() -> None:
@@ -760,15 +806,7 @@ class MlflowSweepCallback(tune.Callback):
         if self.progress is None:
             return
         elapsed = time.monotonic() - book.started.get(trial.trial_id, time.monotonic())
-        try:
-            cfg = self.space.resolve(trial.config, **self.overrides)
-            hp = " ".join(f"{k}={_short(v)}" for k, v in
-                          {**cfg.loss_params, "lr": cfg.lr}.items() if k != "variant")
-            head = f"{cfg.method:<6s} {hp}"
-            if self.repeats > 1 and SEED_INDEX_KEY in trial.config:
-                head += f" seed {cfg.seed}"
-        except ValueError:
-            head = "?"
+        head = self.headline(trial.config)
         total = f"/{self.total}" if self.total else ""
         scores = ""
         if "val_miou" in result and "val_ece" in result:  # segmentation
@@ -777,16 +815,22 @@ class MlflowSweepCallback(tune.Callback):
         elif "val_accuracy" in result and "val_ece" in result:
             scores = (f" val acc {100 * result['val_accuracy']:.2f}%"
                       f" ECE {100 * result['val_ece']:.2f}%")
-        if "test_miou" in result and result.get(COMPLETED):
+        done = result.get(COMPLETED, not self.requires_completed)
+        if "test_miou" in result and done:
             scores += (f" | test mIoU {100 * result['test_miou']:.2f}%"
                        f" pixel ECE {100 * result['test_ece']:.2f}%")
-        elif "test_accuracy" in result and result.get(COMPLETED):
+        elif "test_accuracy" in result and done:
             scores += (f" | test acc {100 * result['test_accuracy']:.2f}%"
                        f" ECE {100 * result['test_ece']:.2f}%")
         retries = book.retries.get(trial.trial_id, 0)
         if retries:
             outcome += f", after {retries} {'retry' if retries == 1 else 'retries'}"
         self.progress(f"[{book.finished}{total}] {head}{scores} ({elapsed:.1f}s, {outcome})")
+
+
+def _short_name(name: str) -> str:
+    """A name for run names and progress lines: an import string's attribute (``MyLoss``)."""
+    return name.rsplit(":", 1)[-1].rsplit(".", 1)[-1] if ":" in name else name
 
 
 def _short(value: Any) -> str:
@@ -981,10 +1025,6 @@ def write_parquet(frame: pd.DataFrame, path: str | Path) -> Path:
     return Path(path)
 
 
-#: ``--selection``: the rule applied to a repeated sweep's configurations (see
-#: :mod:`raysearch.repeats`): ``mean`` (lowest mean ECE within the tolerance of the best mean
-#: accuracy) or ``robust`` (lowest mean + 1 SEM of ECE, same accuracy constraint).
-SELECTIONS = ("mean", "robust")
 
 
 def annotate_selection(
@@ -1118,7 +1158,8 @@ def finalize_sweep(client: MlflowClient, parent_run_id: str, *, tolerance: float
                         "ece_sem": shown[ece_key + "_sem"]}
             plots.pareto_plot(shown[accuracy_key], shown[ece_key], shown["on_front"],
                               Path(d) / "pareto.png", selected=sel[0] if sel else None,
-                              groups=list(shown["method"].astype(str)),
+                              groups=(list(shown["method"].astype(str))
+                                      if "method" in shown else None),
                               title=f"sweep {sweep_name}" + (
                                   f" (mean ± SEM over {parent.data.params.get('repeats')} seeds)"
                                   if bars else ""),
@@ -1149,7 +1190,10 @@ def _ended_after(client: MlflowClient, config_run: Any, runs: list[Any]) -> bool
 
 
 def best_config_document(best: pd.Series, parent: Any) -> dict[str, Any]:
-    """The exported document: ``config`` (a RunConfig mapping) plus where it came from."""
+    """The exported document: ``config``, where it came from, and what it needs.
+
+    ``config`` is a RunConfig mapping; ``requires`` is :func:`requirements`.
+    """
     config = json.loads(best["config"])
     metrics = {k: float(best[k]) for k in best.index if isinstance(k, str)
                and k.startswith(("val_", "test_")) and isinstance(best[k], (int, float))
@@ -1161,34 +1205,177 @@ def best_config_document(best: pd.Series, parent: Any) -> dict[str, Any]:
         "run_id": best["run_id"],
         "selection": parent.data.params.get("selection_rule", ""),
         "metrics": dict(sorted(metrics.items())),
+        **({"metric_functions": parent.data.params["metrics"].split(",")}
+           if parent.data.params.get("metrics") else {}),
+        "requires": requirements(config, parent.data.params.get("metrics", "")),
     }
+
+
+def requirements(config: dict[str, Any], metrics: str = "") -> dict[str, Any]:
+    """What a config needs to train again: versions and the user's code behind its names.
+
+    Returns:
+        ``{"python": ..., "raysearch": ..., "torch": ..., "imports": [import strings of the
+        loss, model, dataset, optimizer and metrics], "packages": {top-level package: its
+        version}}``; a package without a version (not installed, no ``__version__``) is
+        listed as ``"unversioned"``.
+    """
+    import platform
+    import sys
+
+    from raysearch import __version__
+    from raysearch.registry import is_import_string
+
+    try:
+        import torch
+
+        torch_version = str(torch.__version__)
+    except ImportError:  # pragma: no cover (torch is a dependency)
+        torch_version = "absent"
+    names = []
+    if isinstance(config.get("loss"), dict):
+        names = [config[s].get("name") for s in ("loss", "model", "data", "optimizer")
+                 if isinstance(config.get(s), dict)]
+    else:  # the flat layout of earlier versions
+        names = [config.get(k) for k in ("method", "model", "dataset", "optimizer")]
+    names += [m for m in str(metrics).split(",") if m]
+    imports = [n for n in names if is_import_string(n)]
+    packages = _plugin_packages(config, names)
+    for name in imports:
+        top = name.split(":", 1)[0].split(".", 1)[0]
+        if top in ("__main__", "raysearch") or top in sys.stdlib_module_names:
+            continue
+        packages[top] = _package_version(top)
+    return {"python": platform.python_version(), "raysearch": __version__,
+            "torch": torch_version, "imports": imports, "packages": packages}
+
+
+def _plugin_packages(config: dict[str, Any], names: list[Any]) -> dict[str, str]:
+    """``{distribution: version}`` of the installed plug-ins behind a config's short names."""
+    from raysearch.registry import BUILT_IN, is_import_string, registry
+
+    kinds = {"loss": "losses", "model": "models", "data": "datasets", "optimizer": "optimizers"}
+    pairs = [(kinds[s], config[s].get("name")) for s in kinds
+             if isinstance(config.get(s), dict)]
+    pairs += [("metrics", n) for n in names[len(pairs):]]
+    out = {}
+    for kind, name in pairs:
+        if not isinstance(name, str) or is_import_string(name):
+            continue
+        try:
+            source = registry(kind).source(name)
+        except Exception:  # noqa: BLE001 (a registry that cannot be read here: nothing known)
+            continue
+        if source not in (BUILT_IN, "unknown") and " " in source:
+            dist, version = source.rsplit(" ", 1)
+            out[dist] = version
+    return out
+
+
+def _package_version(top: str) -> str:
+    """The installed distribution's version of a top-level package, else its __version__."""
+    import importlib
+    import importlib.metadata
+
+    from raysearch.registry import ensure_cwd_on_path
+
+    ensure_cwd_on_path()
+    for dist in importlib.metadata.packages_distributions().get(top, []):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    try:
+        return str(getattr(importlib.import_module(top), "__version__", "unversioned"))
+    except Exception:  # noqa: BLE001 (not importable here: the export still records it)
+        return "unversioned"
+
+
+def check_export_versions(doc: Any, say: Callable[[str], None]) -> None:
+    """Say (one line each) where this environment differs from an export's ``requires``."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("requires"), dict):
+        return
+    wanted = doc["requires"]
+    here = requirements(doc.get("config") or {}, ",".join(
+        m for m in wanted.get("imports", []) if m not in _config_names(doc.get("config"))))
+    for key in ("raysearch", "torch"):
+        if wanted.get(key) and wanted[key] != here[key]:
+            say(f"note: exported with {key} {wanted[key]}, this is {here[key]}: numbers may "
+                "differ")
+    for package, version in (wanted.get("packages") or {}).items():
+        mine = here["packages"].get(package, _package_version(package))
+        if version != mine:
+            say(f"note: exported with {package} {version}, this is {mine}")
+
+
+def _config_names(config: Any) -> set[str]:
+    if not isinstance(config, dict):
+        return set()
+    return {str(v.get("name")) for v in config.values() if isinstance(v, dict)}
 
 
 def train_and_log(cfg: RunConfig, *, tracking_uri: str | None = None,
                   experiment: str = DEFAULT_EXPERIMENT, run_name: str | None = None,
                   tags: dict[str, str] | None = None,
                   progress: Callable[[str], None] | None = None, device: str | None = None,
-                  precision: str = "auto") -> tuple[str, dict[str, float]]:
+                  precision: str = "auto",
+                  components: dict[str, dict[str, Any]] | None = None,
+                  metrics: Any = ()) -> tuple[str, dict[str, float]]:
     """Train one RunConfig in this process (one torch thread) and log it as an MLflow run.
 
     `device` defaults to ``cuda`` when a GPU is visible, else ``cpu``; `precision` as in
-    :func:`raysearch.training.fit`.
+    :func:`raysearch.training.fit`. The data, the model, the loss and the optimizer are built
+    before the run is created: a bad name or argument writes nothing.
 
     Params, per-epoch ``train_*``/``val_*`` metrics (``step=epoch``), the test metrics and a
     reliability diagram are logged; the run ends FINISHED, or FAILED if training raises.
+
+    Args:
+        cfg: the run.
+        tracking_uri: MLflow store (default as for a sweep).
+        experiment: MLflow experiment.
+        run_name: the run's name.
+        tags: more tags of the run.
+        progress: called with one line per epoch.
+        device: ``cpu``, ``cuda`` or ``cuda:N``.
+        precision: ``auto``, ``bf16`` or ``fp32``.
+        components: objects given through the Python API by label (as
+            :func:`raysearch.training.fit`).
+        metrics: a user's metric functions: import strings, callables, or a comma-separated
+            string of import strings; logged as ``val_<fn>``/``test_<fn>``.
 
     Returns:
         (run id, final metrics).
 
     Raises:
-        ValueError: if the tracking URI is unreachable or the config is invalid.
+        ValueError: if the tracking URI is unreachable or the config is invalid (unknown name,
+            a keyword a factory does not take, a factory that raises).
         raysearch.training.DivergedError: if the loss becomes NaN (the run is marked FAILED).
     """
     import torch
 
-    from raysearch.metrics import reliability_bins, softmax
-    from raysearch.training import fit
+    from raysearch.config import metric_name
+    from raysearch.optim import check_optimizer
+    from raysearch.registry import RegistryError, registry
+    from raysearch.tasks import task_for
+    from raysearch.training import build_run_loss, check_run_model, fit, load_run_data
 
+    components = components or {}
+    if isinstance(metrics, str):
+        metrics = [m for m in metrics.split(",") if m]
+    metric_fns = {}
+    for spec in metrics or ():
+        try:
+            fn = spec if callable(spec) else registry("metrics").get(
+                spec, components=components.get("metrics"))
+        except RegistryError as exc:
+            raise ValueError(str(exc)) from None
+        metric_fns[metric_name(spec)] = fn
+    data = load_run_data(cfg, components=components)  # bad input fails before MLflow
+    task = task_for(data)
+    check_run_model(cfg, data, components=components)
+    build_run_loss(cfg, data, components=components)
+    check_optimizer(cfg.optimizer)
     client, uri = get_client(tracking_uri)
     experiment_id = ensure_experiment(client, experiment, uri)
     run = client.create_run(experiment_id, run_name=run_name,
@@ -1197,21 +1384,25 @@ def train_and_log(cfg: RunConfig, *, tracking_uri: str | None = None,
     log_params(client, run_id, run_params(cfg))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in a trial: same numerics, reproducible results
+    accuracy = f"val_{task.primary_metric}"
 
-    def on_epoch(epoch: int, metrics: dict[str, float], state: dict) -> None:
-        log_metrics(client, run_id, _numeric_metrics(metrics), epoch)
-        if progress is not None and "val_miou" in metrics:
-            progress(f"epoch {epoch}/{cfg.epochs}: val mIoU {100 * metrics['val_miou']:.2f}% "
-                     f"pixel acc {100 * metrics['val_accuracy']:.2f}% "
-                     f"ECE {100 * metrics['val_ece']:.2f}%")
-        elif progress is not None:
-            progress(f"epoch {epoch}/{cfg.epochs}: val acc {100 * metrics['val_accuracy']:.2f}%"
-                     f" ECE {100 * metrics['val_ece']:.2f}%")
+    def on_epoch(epoch: int, values: dict[str, float], state: dict) -> None:
+        log_metrics(client, run_id, _numeric_metrics(values), epoch)
+        if progress is None:
+            return
+        if accuracy != "val_accuracy":
+            progress(f"epoch {epoch}/{cfg.epochs}: {accuracy} {100 * values[accuracy]:.2f}% "
+                     f"pixel acc {100 * values['val_accuracy']:.2f}% "
+                     f"ECE {100 * values['val_ece']:.2f}%")
+        else:
+            progress(f"epoch {epoch}/{cfg.epochs}: val acc {100 * values['val_accuracy']:.2f}%"
+                     f" ECE {100 * values['val_ece']:.2f}%")
 
     try:
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        result = fit(cfg, on_epoch=on_epoch, device=device, precision=precision)
+        result = fit(cfg, on_epoch=on_epoch, device=device, precision=precision, data=data,
+                     components=components, metrics=metric_fns)
     except BaseException as exc:
         client.set_tag(run_id, "raysearch.error", str(exc)[:4000])
         client.set_terminated(run_id, "FAILED")
@@ -1219,11 +1410,7 @@ def train_and_log(cfg: RunConfig, *, tracking_uri: str | None = None,
     finally:
         torch.set_num_threads(threads)
     log_metrics(client, run_id, _numeric_metrics(result.metrics), cfg.epochs)
-    if result.task == "segmentation":  # pixel bins, from the streaming meter
-        bins = result.dense["test_bins"]
-    else:
-        bins = reliability_bins(softmax(result.test_logits), result.test_labels,
-                                n_bins=cfg.ece_bins)
+    bins = task.test_bins(result, cfg.ece_bins)
     log_reliability(client, run_id, {"edges": bins.edges, "counts": bins.counts,
                                      "accuracy": bins.accuracy, "confidence": bins.confidence},
                     f"{run_name or run_id}  test ECE {100 * result.metrics['test_ece']:.2f}%")
@@ -1246,3 +1433,107 @@ def trial_outputs(client: MlflowClient, run_id: str) -> Any:
     with tempfile.TemporaryDirectory() as d:
         local = client.download_artifacts(run_id, LOGITS_FILE, d)
         return load_outputs(local)
+
+
+class SweepCallback(MlflowSweepCallback):
+    """The sweep's MLflow record for a Tune trainable of your own (a ``tune.Tuner`` callback).
+
+    Give it to your ``tune.RunConfig(callbacks=[...])``: it makes a parent run for the sweep and
+    a child run per trial (the trial's config as params, every reported metric with
+    ``step=epoch`` or ``training_iteration``), and once the trials ended it applies the
+    selection rule ("lowest `ece` within `tolerance` of the best `accuracy`", on validation
+    metrics) and attaches ``pareto.png``, ``trials.parquet`` and ``best_config.yaml`` to the
+    parent run, as ``raysearch sweep`` does. A trial counts as complete when it ends without an
+    error (a last result with ``completed: False``, e.g. one a scheduler stopped, does not).
+
+    The tracking URI is `tracking_uri`, else ``$MLFLOW_TRACKING_URI``, else
+    ``sqlite:///<cwd>/mlruns.db``.
+
+    Args:
+        name: the sweep's name (the parent run's name and tag; default
+            ``<space>-<YYYYmmdd-HHMMSS>``).
+        space: the :class:`~raysearch.spaces.SearchSpace` the trials were sampled from
+            (their params are then named as in the space); None: the config's scalar values.
+        experiment: MLflow experiment.
+        tracking_uri: MLflow tracking URI.
+        accuracy: the validation metric of the accuracy axis (maximised).
+        ece: the validation metric of the calibration axis (minimised).
+        tolerance: accuracy tolerance of the rule (absolute fraction).
+        progress: called with one line per finished trial (default: :func:`print`).
+
+    Attributes:
+        parent_run_id: the sweep's parent run.
+        trials: after the sweep, the trials table (``on_front``, ``selected`` columns).
+
+    Example:
+        >>> callback = SweepCallback(space=space)                  # doctest: +SKIP
+        >>> tune.Tuner(my_trainable, tune_config=tune.TuneConfig(search_alg=raysearch.searcher(
+        ...     space)), run_config=tune.RunConfig(callbacks=[callback])).fit()
+    """
+
+    requires_completed = False
+
+    def __init__(self, name: str | None = None, *, space: SearchSpace | None = None,
+                 experiment: str = DEFAULT_EXPERIMENT, tracking_uri: str | None = None,
+                 accuracy: str = "val_accuracy", ece: str = "val_ece",
+                 tolerance: float = 0.01,
+                 progress: Callable[[str], None] | None = print) -> None:
+        client, uri = get_client(tracking_uri)
+        experiment_id = ensure_experiment(client, experiment, uri)
+        name = name or f"{space.name if space is not None else 'sweep'}-" \
+                       f"{time.strftime('%Y%m%d-%H%M%S')}"
+        parent = client.create_run(experiment_id, run_name=name,
+                                   tags={SWEEP_TAG: name, "raysearch.trainable": "own"})
+        log_params(client, parent.info.run_id, {
+            "space": space.name if space is not None else "", "tolerance": tolerance,
+            "accuracy_metric": accuracy[len("val_"):] if accuracy.startswith("val_")
+            else accuracy, "ece_metric": ece[len("val_"):] if ece.startswith("val_") else ece,
+            "selection_rule": f"lowest {ece} within {tolerance} of the best {accuracy}"})
+        super().__init__(client, experiment_id, parent.info.run_id, name, space, {},
+                         progress=progress)
+        self.accuracy, self.ece, self.tolerance = accuracy, ece, tolerance
+        self.trials: pd.DataFrame | None = None
+
+    def describe(self, config: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
+        """The trial's config as JSON, its scalar values (or the space's names) as params."""
+        plain = {k: v for k, v in config.items() if isinstance(v, (str, int, float, bool))
+                 or v is None}
+        if self.space is not None:
+            try:
+                plain = self.space.plain_params(config)
+            except ValueError:
+                pass
+        method = _short_name(str(plain.get("method", "trial")))
+        return json.dumps(_jsonable(config)), plain, method
+
+    def headline(self, config: dict[str, Any]) -> str:
+        """The trial's sampled values, for its progress line."""
+        _, params, _ = self.describe(config)
+        return " ".join(f"{k}={_short(v)}" for k, v in params.items())
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        """Flush the writes, then select and attach the Pareto plot, table and best config."""
+        super().on_experiment_end(trials, **info)
+        self.close()
+        self.trials = finalize_sweep(self.client, self.parent_run_id, tolerance=self.tolerance,
+                                     ece_key=self.ece, accuracy_key=self.accuracy)
+        if self.progress is not None:
+            picked = self.trials[self.trials["selected"]] if not self.trials.empty else None
+            line = (f"selected {picked.iloc[0]['trial']}" if picked is not None and len(picked)
+                    else "no complete trial: nothing selected")
+            self.progress(f"sweep {self.sweep_name}: {line}; parent run {self.parent_run_id}")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if hasattr(value, "item"):
+        try:
+            return value.item()
+        except (TypeError, ValueError):
+            pass
+    return str(value)

@@ -29,17 +29,21 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import ray
 import torch
 from ray import tune
 
 from raysearch.config import RunConfig
-from raysearch.data import load_dataset
-from raysearch.metrics import reliability_bins, softmax
-from raysearch.posthoc import Outputs, calibrate_outputs, write_outputs_parquet
 from raysearch.spaces import SearchSpace
-from raysearch.training import DivergedError, fit
+from raysearch.tasks import (  # noqa: F401 (file names re-exported for the tracking callback)
+    CLASS_IOU,
+    CONFIDENCE_PLOT,
+    LOGITS_FILE,
+    SHIFT_PLOT,
+    SHIFT_TABLE,
+    task_for,
+)
+from raysearch.training import DivergedError, fit, load_run_data
 
 #: Result key set to True in the last report of a trial that ran all its epochs.
 COMPLETED = "completed"
@@ -47,18 +51,8 @@ COMPLETED = "completed"
 DIVERGED = "diverged"
 #: Result key holding the test reliability-diagram bins (lists) in the last report.
 RELIABILITY = "test_reliability"
-#: Parquet file (in the final checkpoint and the MLflow run) with val/test logits and labels.
-LOGITS_FILE = "logits.parquet"
-#: Dataset-shift results (``--shift-eval``): a table and a plot, in the final checkpoint and
-#: the MLflow run.
-SHIFT_TABLE = "shift.csv"
-SHIFT_PLOT = "shift.png"
 #: Reliability diagram of the test set, drawn by the trial, in its final checkpoint.
 RELIABILITY_PLOT = "reliability.png"
-#: Segmentation trials: per-class IoU (validation and test) and the confidence maps of a few
-#: validation images (image | ground truth | prediction | confidence, as MbLS Fig. 3).
-CLASS_IOU = "class_iou.csv"
-CONFIDENCE_PLOT = "confidence_maps.png"
 #: Files of the final checkpoint that the tracking callback attaches to the trial's run.
 ARTIFACT_FILES = (LOGITS_FILE, RELIABILITY_PLOT, SHIFT_TABLE, SHIFT_PLOT, CLASS_IOU,
                   CONFIDENCE_PLOT)
@@ -161,7 +155,9 @@ def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str
               report_every_epoch: bool = False, precision: str = "auto",
               cpus_per_trial: float = 1.0,
               shift_set: Any = None, workers: int = 1, cpus_per_worker: float = 1.0,
-              gpus_per_worker: float = 0.0, fault_epoch: int | None = None) -> None:
+              gpus_per_worker: float = 0.0, fault_epoch: int | None = None,
+              metrics: tuple[str, ...] = (), code_paths: tuple[str, ...] = (),
+              components: bytes | None = None) -> None:
     """Tune function trainable: train one configuration and report to Tune.
 
     After the last epoch the post-hoc calibrators named in `posthoc` are fitted on the
@@ -197,6 +193,13 @@ def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str
         fault_epoch: a fault drill: an attempt that did not resume from a checkpoint raises
             :class:`InjectedFault` right after reporting epoch `fault_epoch`, so a sweep's retry
             path (``--max-failures``) can be exercised on a real cluster; None (default) never.
+        metrics: a user's metric functions by import string (or API label): logged as
+            ``val_<fn>`` every epoch and ``test_<fn>`` at the end.
+        code_paths: folders of the user's code (the driver's current directory and the
+            parents of its packages), put first on this worker's ``sys.path`` before any
+            name is resolved: the worker imports ``package.module:attr`` as the driver did.
+        components: the Python API's objects (cloudpickled ``{kind: {label: object}}``),
+            unpickled after `code_paths` are on the path.
 
     The trial trains on the GPU Ray gave it (:func:`trial_device`), else on the CPU.
 
@@ -241,7 +244,10 @@ def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str
     options = {"posthoc": tuple(posthoc), "checkpoint_every": checkpoint_every,
                "report_every_epoch": report_every_epoch, "precision": precision,
                "shift_set": shift_set, "fault_epoch": fault_epoch,
-               "trial_id": tune.get_context().get_trial_id() or "trial"}
+               "trial_id": tune.get_context().get_trial_id() or "trial",
+               # resolved in each training process (a DDP worker too): bytes travel safely
+               "metrics": tuple(metrics), "code_paths": tuple(code_paths),
+               "components": components}
     if workers > 1:
         torch.set_num_threads(1)  # this process only coordinates
         _run_ddp(cfg, resume_bytes, options, workers=workers, cpus_per_worker=cpus_per_worker,
@@ -257,6 +263,49 @@ def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str
 
     _train_and_report(cfg, resume_bytes, options, send=send, device=device,
                       num_workers=loader_workers(cpus_per_trial))
+
+
+def user_components(code_paths: tuple[str, ...] = (),
+                    components: bytes | None = None) -> dict[str, dict[str, Any]]:
+    """Put the user's code folders on ``sys.path``, then unpickle the API's objects.
+
+    Args:
+        code_paths: folders to put first on ``sys.path`` (missing ones are skipped).
+        components: cloudpickled ``{kind: {label: object}}``, or None.
+
+    Returns:
+        ``{kind: {label: object}}`` (empty without `components`).
+    """
+    import sys
+
+    for path in reversed(code_paths):
+        if path not in sys.path and Path(path).is_dir():
+            sys.path.insert(0, path)
+    if not components:
+        return {}
+    import cloudpickle
+
+    return cloudpickle.loads(components)
+
+
+def metric_functions(specs: tuple[str, ...],
+                     components: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``{name: fn}`` of a user's metric functions (import strings or API labels).
+
+    Raises:
+        ValueError: if one does not import.
+    """
+    from raysearch.config import metric_name
+    from raysearch.registry import RegistryError, registry
+
+    out = {}
+    for spec in specs:
+        try:
+            out[metric_name(spec)] = registry("metrics").get(
+                spec, components=components.get("metrics"))
+        except RegistryError as exc:
+            raise ValueError(str(exc)) from None
+    return out
 
 
 class _Stop(Exception):  # noqa: N818 (control flow, not an error)
@@ -326,12 +375,13 @@ def _train_and_report(cfg: RunConfig, resume_bytes: bytes | None, options: dict[
             raise InjectedFault(f"fault drill: first attempt stopped after epoch {epoch}")
 
     try:
-        data = load_dataset(cfg.dataset, seed=cfg.split_seed, val_fraction=cfg.val_fraction,
-                            test_fraction=cfg.test_fraction, data_dir=cfg.data_dir,
-                            imbalance_ratio=cfg.imbalance_ratio, **dataset_options(cfg))
+        components = user_components(options.get("code_paths", ()), options.get("components"))
+        metric_fns = metric_functions(options.get("metrics", ()), components)
+        data = load_run_data(cfg, components=components)
         result = fit(cfg, on_epoch=on_epoch, resume=resume, device=device,
                      precision=options["precision"], num_workers=num_workers, data=data,
-                     distributed=agree is not None)
+                     distributed=agree is not None, components=components,
+                     metrics=metric_fns)
     except _Stop:
         return
     except DivergedError as exc:
@@ -394,46 +444,21 @@ def _tune_report(metrics: dict[str, Any], files: Path | dict[str, bytes] | None)
 
 def _final_report(result: Any, cfg: RunConfig, test: Any, last_state: dict[str, Any],
                   options: dict[str, Any], out: Path) -> dict[str, Any]:
-    """The last report's metrics; writes state.pt, logits.parquet (and shift files) to `out`."""
-    if getattr(result, "task", "classification") == "segmentation":
-        return _final_report_dense(result, cfg, last_state, options, out)
-    posthoc = options["posthoc"]
-    bins = reliability_bins(softmax(result.test_logits), result.test_labels, n_bins=cfg.ece_bins)
+    """The last report's metrics; writes state.pt, the diagram and the task's files to `out`.
+
+    The task's files: :meth:`raysearch.tasks.Task.write_artifacts`.
+    """
+    task = task_for(result.task)
     final = {
         "epoch": cfg.epochs,
         **result.metrics,
         COMPLETED: True,
-        RELIABILITY: _bins_record(bins),
+        RELIABILITY: _bins_record(task.test_bins(result, cfg.ece_bins)),
     }
     torch.save(last_state, out / _CKPT_FILE)
     _draw_reliability(final, out / RELIABILITY_PLOT, options.get("trial_id", "trial"))
-    logits = np.concatenate([result.val_logits, result.test_logits])
-    labels = np.concatenate([result.val_labels, result.test_labels])
-    split = ["val"] * len(result.val_labels) + ["test"] * len(result.test_labels)
-    write_outputs_parquet(out / LOGITS_FILE, logits, labels, split)
-    if posthoc:
-        report = calibrate_outputs(Outputs(logits, labels, split=np.asarray(split)),
-                                   methods=posthoc, n_bins=cfg.ece_bins)
-        final.update({k: v for k, v in report.as_metrics("test").items() if k not in final})
-        # an honest validation score of the calibrated model (for `report --calibrated`):
-        # fitted on a stratified half of the validation set, measured on the other half
-        val_only = Outputs(result.val_logits, result.val_labels)
-        halves = calibrate_outputs(val_only, methods=posthoc, n_bins=cfg.ece_bins,
-                                   fraction=0.5, seed=cfg.seed)
-        final.update({k: v for k, v in halves.as_metrics("val").items() if k.count("_") >= 2})
-    if options["shift_set"]:
-        final.update(_shift_eval(result, cfg, test, options["shift_set"], posthoc, out))
+    final.update(task.write_artifacts(result, cfg, options, out, test))
     return final
-
-
-def dataset_options(cfg: RunConfig) -> dict[str, Any]:
-    """Extra :func:`raysearch.data.load_dataset` arguments of `cfg`'s dataset.
-
-    ``crop_size`` for a segmentation dataset; none otherwise.
-    """
-    from raysearch.data import dataset_task
-
-    return {"crop_size": cfg.crop_size} if dataset_task(cfg.dataset) == "segmentation" else {}
 
 
 def _bins_record(bins: Any) -> dict[str, list]:
@@ -444,39 +469,6 @@ def _bins_record(bins: Any) -> dict[str, list]:
         "accuracy": _nan_to_none(float(a) for a in bins.accuracy),
         "confidence": _nan_to_none(float(c) for c in bins.confidence),
     }
-
-
-def _final_report_dense(result: Any, cfg: RunConfig, last_state: dict[str, Any],
-                        options: dict[str, Any], out: Path) -> dict[str, Any]:
-    """A segmentation trial's last report: pixel reliability bins, IoU table, confidence maps.
-
-    No logits file (a VOC split has hundreds of millions of pixels); temperature scaling was
-    fitted in :func:`raysearch.training.fit` on a validation pixel sample and measured on all
-    test pixels (``test_*_ts``), whatever `posthoc` asks for.
-    """
-    import pandas as pd
-
-    from raysearch import plots
-
-    dense = result.dense
-    bins = dense["test_bins"]
-    final = {
-        "epoch": cfg.epochs,
-        **result.metrics,
-        COMPLETED: True,
-        RELIABILITY: _bins_record(bins),
-    }
-    torch.save(last_state, out / _CKPT_FILE)
-    _draw_reliability(final, out / RELIABILITY_PLOT, options.get("trial_id", "trial"))
-    pd.DataFrame({"class": dense["class_names"], "val_iou": dense["val_iou"],
-                  "test_iou": dense["test_iou"]}).to_csv(out / CLASS_IOU, index=False)
-    if dense["images"]:
-        try:
-            plots.confidence_maps(dense["images"], out / CONFIDENCE_PLOT,
-                                  title=f"{options.get('trial_id', 'trial')}: validation images")
-        except Exception as exc:  # noqa: BLE001 (a plot must never fail the trial)
-            logging.getLogger(__name__).warning("confidence maps not drawn: %s", exc)
-    return final
 
 
 def _draw_reliability(final: dict[str, Any], path: Path, trial_id: str) -> None:
@@ -670,36 +662,6 @@ def _ddp_worker(loop: dict[str, Any]) -> None:
 
     _train_and_report(loop["cfg"], loop["resume"], loop["options"], send=send, device=device,
                       num_workers=loader_workers(cpus), rank=rank, agree=agree)
-
-
-def _shift_eval(result: Any, cfg: RunConfig, test: Any, shift_set: Any,
-                posthoc: tuple[str, ...], out: Path) -> dict[str, float]:
-    """Evaluate the trained model on the corrupted test subsample; write the table and plot."""
-    from raysearch import plots
-    from raysearch.calibration import fit_calibrator
-    from raysearch.shift import ShiftSet, evaluate_shift
-    from raysearch.training import evaluate
-
-    if isinstance(shift_set, (str, Path)):
-        shift_set = ShiftSet.load(shift_set)
-    model = result.model
-    device = next(model.parameters()).device
-    subsample = test.subset(shift_set.index)  # the test images the shift set was made from
-
-    def predict_logits(images: np.ndarray) -> np.ndarray:
-        return evaluate(model, subsample.with_images(images), device=device)[0]
-
-    calibrator = name = None
-    if posthoc:
-        name = posthoc[0]
-        calibrator = fit_calibrator(name, result.val_logits, result.val_labels)
-    report = evaluate_shift(predict_logits, shift_set, calibrator=calibrator,
-                            calibrator_name=name, n_bins=cfg.ece_bins)
-    frame = report.to_frame()
-    frame.to_csv(out / SHIFT_TABLE, index=False)
-    plots.shift_plot(frame, out / SHIFT_PLOT, calibrator=name,
-                     title=f"{cfg.method} on {cfg.dataset}: corrupted test set")
-    return report.as_metrics()
 
 
 def trial_env() -> dict[str, str]:

@@ -97,36 +97,46 @@ runs the same training on every rank (``distributed=None``, the default, detects
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
 import math
 import random
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+from raysearch.loop import (
+    EVAL_BATCH_SIZE,
+    PRECISIONS,
+    Amp,
+    Dist,
+    DivergedError,
+    Source,
+    TrainResult,
+    evaluate,
+    numpy_logits,
+    predict_source,
+    train_feed,
+)
+from raysearch.models import output_logits
 
 if TYPE_CHECKING:
     from raysearch.config import RunConfig
     from raysearch.data import DatasetSplits
 
-__all__ = ["DivergedError", "EpochResult", "TrainResult", "evaluate", "fit"]
+__all__ = ["EVAL_BATCH_SIZE", "PRECISIONS", "DivergedError", "EpochResult", "TrainResult",
+           "build_run_loss", "build_run_model", "evaluate", "fit", "load_run_data"]
+
+# the loop's pieces under the names earlier code and benchmarks import from here
+_Amp, _Source, _Dist, _predict_source, _numpy_logits = (Amp, Source, Dist, predict_source,
+                                                        numpy_logits)
 
 logger = logging.getLogger(__name__)
-
-#: Metric names of :func:`raysearch.metrics.calibration_summary`, reported as ``val_*``/``test_*``.
-SUMMARY_KEYS = ("accuracy", "ece", "aece", "cece", "mce", "nll", "brier")
-
-#: Batch size of validation/test inference.
-EVAL_BATCH_SIZE = 1024
-
-#: Values of `precision` in :func:`fit`.
-PRECISIONS = ("auto", "bf16", "fp32")
 
 #: On CUDA, the device-side divergence flag is read every this many batches.
 _CHECK_EVERY = 50
@@ -149,47 +159,6 @@ class EpochResult:
     metrics: dict[str, float]
 
 
-@dataclass
-class TrainResult:
-    """Outcome of :func:`fit`.
-
-    Attributes:
-        metrics: the last epoch's ``train_loss``, ``train_accuracy`` and ``val_*`` metrics plus
-            ``test_{accuracy,ece,aece,cece,mce,nll,brier}``, and for the final model
-            ``{val,test}_{ece_l2em,debiased_ce,sweep_ce,marginal_ece,ks}``
-            (:func:`raysearch.metrics.estimator_summary`).
-        epochs_completed: number of the last trained epoch (``cfg.epochs`` unless resumed past it).
-        model: the trained model (on the training device, in eval mode).
-        val_logits: float32 (N_val, K) logits of the final model on the validation split.
-        val_labels: int64 (N_val,) validation labels.
-        test_logits: float32 (N_test, K) logits on the test split.
-        test_labels: int64 (N_test,) test labels.
-        task: ``"classification"`` or ``"segmentation"``. For segmentation the logits fields
-            hold a seeded sample of valid *pixels* (``val_*``: the temperature-scaling sample,
-            :data:`raysearch.dense.TS_SAMPLE_PIXELS`; ``test_*``: empty), and `dense` holds
-            what the trial logs: ``temperature`` (fitted on the validation sample),
-            ``test_bins`` (reliability bins of all valid test pixels), ``val_iou`` and
-            ``test_iou`` (per-class IoU, NaN for classes absent from both prediction and
-            labels), ``class_names`` and ``images`` (validation images with ground truth,
-            prediction and confidence, for the confidence maps).
-        dense: see `task`; None for classification.
-    """
-
-    metrics: dict[str, float]
-    epochs_completed: int
-    model: nn.Module
-    val_logits: np.ndarray
-    val_labels: np.ndarray
-    test_logits: np.ndarray
-    test_labels: np.ndarray
-    task: str = "classification"
-    dense: dict[str, Any] | None = None
-
-
-class DivergedError(RuntimeError):
-    """The training loss became NaN or infinite (the message names the epoch and batch)."""
-
-
 def fit(
     cfg: RunConfig,
     *,
@@ -201,13 +170,15 @@ def fit(
     precision: str = "auto",
     num_workers: int = 0,
     distributed: bool | None = None,
+    components: Mapping[str, Mapping[str, Any]] | None = None,
+    metrics: Mapping[str, Any] | None = None,
 ) -> TrainResult:
     """Train one configuration and evaluate it on validation (every epoch) and test (at the end).
 
     See the module docstring for the optimiser, schedule, batching, precision and seeding.
 
     Args:
-        cfg (RunConfig): the run: method and loss parameters, dataset, model, SGD settings, seed.
+        cfg (RunConfig): the run: loss, model, data, optimizer and schedule sections, seed.
         on_epoch (callable, optional): called after every epoch as
             ``on_epoch(epoch, metrics, state)`` with the 1-based epoch, the metrics of
             :class:`EpochResult` and ``state = {"epoch", "model", "optimizer", "scheduler",
@@ -218,9 +189,9 @@ def fit(
         device (str | torch.device, optional): where to train (``"cpu"``, ``"cuda"``,
             ``"cuda:1"``). Defaults to ``"cpu"``.
         data (DatasetSplits, optional): preloaded splits; when ``None`` they are loaded with
-            ``load_dataset(cfg.dataset, seed=cfg.split_seed, ...)``. Defaults to ``None``.
+            :func:`load_run_data`. Defaults to ``None``.
         loss (nn.Module, optional): the objective to train with instead of
-            ``build_loss(cfg.method, **cfg.loss_params)`` (e.g. a custom loss object in a
+            ``build_loss(cfg.loss.name, **cfg.loss.params)`` (e.g. a custom loss object in a
             notebook). Defaults to ``None``.
         precision (str, optional): ``"auto"`` (bf16 autocast on CUDA, fp32 on the CPU),
             ``"bf16"`` or ``"fp32"``; the training forward pass only. Defaults to ``"auto"``.
@@ -230,6 +201,12 @@ def fit(
             ``torch.distributed`` process group (module docstring, **Data-parallel training**).
             ``None`` uses it when one with more than one rank is initialised; ``True`` requires
             one; ``False`` never uses it. Defaults to ``None``.
+        components (mapping, optional): objects given through the Python API instead of
+            names, ``{"models" | "datasets" | "losses": {label: callable}}``: a name of `cfg`
+            equal to a label resolves to that object. Defaults to ``None``.
+        metrics (mapping, optional): a user's metrics ``{name: fn(probs (N, K), labels (N,))
+            -> float}``, logged as ``val_<name>`` every epoch and ``test_<name>`` at the end
+            (classification). Defaults to ``None``.
 
     Returns:
         TrainResult: final metrics, the model (unwrapped from DDP), and validation/test logits
@@ -239,10 +216,11 @@ def fit(
         DivergedError: as soon as a batch's training loss is NaN or infinite (on CUDA: within
             50 batches), or if the model's validation/test logits are (the last step of an
             epoch blew the weights up).
-        ValueError: on an unknown dataset, model, loss or precision, a negative `num_workers`,
-            or a `resume` state without ``epoch``; for ``distributed=True`` without an
-            initialised process group, or (DDP) a batch size or split smaller than the number
-            of ranks; for an objectness loss on a dataset without
+        ValueError: on an unknown dataset, model, loss, optimizer or precision (or a keyword
+            argument one of them does not take), a model made for another task, a model output
+            without logits, a negative `num_workers`, or a `resume` state without ``epoch``; for
+            ``distributed=True`` without an initialised process group, or (DDP) a batch size or
+            split smaller than the number of ranks; for an objectness loss on a dataset without
             object annotations; for MixUp/CutMix combined with an objectness loss or
             interleaved training; for interleaved training with a loss that is not a primary +
             secondary objective ("interleaved training needs a primary + secondary objective
@@ -250,9 +228,8 @@ def fit(
             hold out a stratified part.
         TypeError: if `distributed` is not a bool or None.
     """
-    from raysearch.data import dataset_task, load_dataset
-    from raysearch.losses import build_loss
-    from raysearch.models import build_model
+    from raysearch.optim import build_optimizer
+    from raysearch.tasks import EvalContext, task_for
 
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -261,85 +238,53 @@ def fit(
         raise ValueError(f"`precision` must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
         raise ValueError(f"`num_workers` must be an int >= 0, got {num_workers!r}")
-    amp = _Amp(device, precision)
-    ddp = _Dist.detect(distributed, device)
+    amp = Amp(device, precision)
+    ddp = Dist.detect(distributed, device)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)
     torch.manual_seed(cfg.seed)
 
     if data is None:
-        data = load_dataset(
-            cfg.dataset,
-            seed=cfg.split_seed,
-            val_fraction=cfg.val_fraction,
-            test_fraction=cfg.test_fraction,
-            data_dir=cfg.data_dir,
-            imbalance_ratio=cfg.imbalance_ratio,
-            **({"crop_size": cfg.crop_size} if dataset_task(cfg.dataset) == "segmentation"
-               else {}),
-        )
+        data = load_run_data(cfg, components=components)
     if ddp is not None:
         ddp.check_sizes(cfg.batch_size, data)
-    dense = getattr(data, "task", "classification") == "segmentation"
-    ignore = getattr(data, "ignore_index", None) if dense else None
-    extra: dict[str, Any] = ({"pretrained_backbone": cfg.pretrained_backbone}
-                             if getattr(cfg, "pretrained_backbone", None) else {})
-    if getattr(data, "vocabulary", None) is not None:  # a text dataset: its model needs it
-        extra["vocabulary"] = data.vocabulary
-    if getattr(cfg, "embeddings", None):
-        extra["embeddings_path"] = cfg.embeddings
-    model = build_model(cfg.model, num_classes=data.num_classes, input_shape=data.input_shape,
-                        **extra)
-    if dense and getattr(model, "task", None) != "segmentation":
-        raise ValueError(f"dataset {data.name!r} is a segmentation dataset: choose a "
-                         f"segmentation model (e.g. deeplabv3_resnet50), not {cfg.model!r}")
-    if not dense and getattr(model, "task", None) == "segmentation":
-        raise ValueError(f"model {cfg.model!r} is a segmentation model: it needs a segmentation "
-                         "dataset (voc, segfolder)")
+    task = task_for(data)
+    label = f"model {cfg.model.name!r}"
+    model = build_run_model(cfg, data, components=components)
+    task.check_model(model, label)
     if ddp is not None and device.type == "cuda":
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model.to(device)
     if amp.channels_last:
         model.to(memory_format=torch.channels_last)
-    if loss is None:
-        loss = (build_loss(cfg.method, ignore_index=ignore, **cfg.loss_params)
-                if ignore is not None else build_loss(cfg.method, **cfg.loss_params))
-    loss_fn = loss.to(device)
-    needs_objectness = bool(getattr(loss_fn, "needs_objectness", False))
-    interleaved = bool(getattr(cfg, "interleaved", False))
+    loss_fn = loss if loss is not None else build_run_loss(cfg, data, components=components)
+    if isinstance(loss_fn, nn.Module):
+        loss_fn = loss_fn.to(device)
+    feed = train_feed(data, loss_fn, seed=cfg.seed, device=device, num_workers=num_workers)
+    interleaved = bool(cfg.interleaved)
     if interleaved:
-        _check_interleavable(loss_fn, cfg.method, needs_objectness)
+        _check_interleavable(loss_fn, cfg.loss.name, bool(feed.side_inputs))
         fraction = _interleave_fraction(cfg)
     mixer = _make_mixer(cfg, data.num_classes)
-    if dense and (needs_objectness or interleaved or mixer is not None):
-        what = ("an objectness loss" if needs_objectness else "interleaved training"
-                if interleaved else "MixUp/CutMix")
-        raise ValueError(f"{what} is not available for segmentation (method {cfg.method!r})")
-    if mixer is not None and (needs_objectness or interleaved):
-        what = "an objectness loss" if needs_objectness else "interleaved training"
+    task.check_training(side_inputs=feed.side_inputs, interleaved=interleaved,
+                        mixing=mixer is not None, method=cfg.loss.name)
+    if mixer is not None and (feed.side_inputs or interleaved):
+        what = (f"a loss taking {', '.join(feed.side_inputs)} per sample" if feed.side_inputs
+                else "interleaved training")
         raise ValueError(f"MixUp/CutMix (mixup_alpha/cutmix_alpha > 0) cannot be combined with "
-                         f"{what} (method {cfg.method!r})")
-    pretrained = getattr(cfg, "pretrained", None)
-    if pretrained and resume is None:  # a resumed run loads its own checkpoint below
+                         f"{what} (method {cfg.loss.name!r})")
+    if cfg.model.pretrained and resume is None:  # a resumed run loads its own checkpoint below
         from raysearch.models.pretrained import load_pretrained
 
-        info = load_pretrained(model, pretrained)
+        info = load_pretrained(model, cfg.model.pretrained)
         logger.info("loaded %d tensors of %s (sha256 %s)%s", info.loaded, info.source,
                     info.sha256[:12], "; head replaced" if info.replaced_head else "")
     head_names = _head_names(model, cfg)
-    if getattr(cfg, "optimizer", "sgd") == "adam":  # MbLS App. B, 20 Newsgroups
-        optimizer: torch.optim.Optimizer = torch.optim.Adam(
-            _param_groups(model, cfg, head_names), lr=cfg.lr, betas=(0.9, 0.999),
-            weight_decay=cfg.weight_decay)
-    else:
-        optimizer = torch.optim.SGD(
-            _param_groups(model, cfg, head_names), lr=cfg.lr, momentum=cfg.momentum,
-            weight_decay=cfg.weight_decay, nesterov=bool(getattr(cfg, "nesterov", False)),
-        )
+    optimizer = build_optimizer(cfg.optimizer, _param_groups(model, cfg, head_names))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg))
 
     start_epoch = 1
-    metrics: dict[str, float] = {}
+    epoch_metrics: dict[str, float] = {}
     if resume is not None:
         if "epoch" not in resume:
             raise ValueError(f"`resume` must be a state from on_epoch, got keys {sorted(resume)}")
@@ -347,30 +292,21 @@ def fit(
         optimizer.load_state_dict(resume["optimizer"])
         scheduler.load_state_dict(resume["scheduler"])
         start_epoch = int(resume["epoch"]) + 1
-        metrics = dict(resume.get("metrics") or {})
-        logger.info("resuming %s/%s at epoch %d", cfg.method, cfg.model, start_epoch)
+        epoch_metrics = dict(resume.get("metrics") or {})
+        logger.info("resuming %s/%s at epoch %d", cfg.loss.name, cfg.model.name, start_epoch)
     # `model` is what trains (DDP wrapper in DDP mode); `net` is evaluated and checkpointed
     net = model
     if ddp is not None:
         model = ddp.wrap(net)
-
-    objectness_set = None
-    if needs_objectness:
-        from raysearch.data.objectness import objectness_train_set
-
-        context_fraction = float(getattr(loss_fn, "context_fraction", 0.0))
-        objectness_set = objectness_train_set(
-            data, seed=cfg.seed, context_fraction=context_fraction
-        )
-    else:
-        train_source = _Source(data.train, device, num_workers=num_workers)
     if interleaved:
-        majority, held_out = _interleave_split(train_source.labels().cpu().numpy(), fraction,
+        majority, held_out = _interleave_split(feed.source.labels().cpu().numpy(), fraction,
                                                cfg.seed)
-    val_source = _Source(data.val, device, num_workers=num_workers)
+    val_source = Source(data.val, device, num_workers=num_workers)
+    ctx = EvalContext(data=data, cfg=cfg, amp=amp, ddp=ddp, num_workers=num_workers,
+                      label=label, metric_fns=dict(metrics or {}))
 
-    val_logits = None
-    frozen = int(getattr(cfg, "freeze_backbone_epochs", 0) or 0)
+    val_state = None
+    frozen = cfg.model.freeze_backbone_epochs
     for epoch in range(start_epoch, cfg.epochs + 1):
         if frozen:  # the head alone for the first `frozen` epochs, then everything
             _freeze_backbone(net, head_names, epoch <= frozen)
@@ -378,88 +314,149 @@ def fit(
         augment = torch.Generator().manual_seed(_epoch_seed(cfg.seed, epoch) ^ _AUGMENT_SALT)
         model.train()
         guard = _Guard(device, optimizer, epoch, ddp)
-        if objectness_set is not None:
-            x, y, objectness, context = objectness_set.epoch_tensors(epoch)
-            side = {"objectness": objectness.to(device)}
-            if objectness_set.context_fraction > 0:
-                side["context"] = context.to(device)
-            source = _Source(TensorDataset(x, y), device)
-            order = torch.randperm(len(y), generator=generator)
-            metrics = _train_epoch(
-                model, loss_fn, guard, source.batches(order, cfg.batch_size, augment, ddp),
-                len(y), amp, side=side, ddp=ddp,
-            )
-        elif interleaved:
-            metrics = _train_epoch_interleaved(
-                model, loss_fn, guard, train_source, (majority, held_out), cfg.batch_size,
-                generator, augment, amp, ddp=ddp,
+        if interleaved:
+            epoch_metrics = _train_epoch_interleaved(
+                model, loss_fn, guard, feed.source, (majority, held_out), cfg.batch_size,
+                generator, augment, amp, ddp=ddp, label=label,
             )
         else:
-            order = torch.randperm(train_source.n, generator=generator)
-            metrics = _train_epoch(
-                model, loss_fn, guard, train_source.batches(order, cfg.batch_size, augment, ddp),
-                train_source.n, amp, mixer=mixer, ddp=ddp, ignore_index=ignore,
+            batches, n, side = feed.epoch(epoch, cfg.batch_size, generator, augment, ddp)
+            epoch_metrics = _train_epoch(
+                model, loss_fn, guard, batches, n, amp, side=side, mixer=mixer, ddp=ddp,
+                ignore_index=data.ignore_index, label=label,
             )
         guard.check()
         scheduler.step()
         if ddp is not None:
             ddp.sync_buffers(net)
-        if dense:
-            val_eval = _dense_eval(net, val_source, amp, data, cfg, f"after epoch {epoch}",
-                                   final=epoch == cfg.epochs)
-            metrics.update(_dense_metrics(val_eval.meters[0], "val"))
-            val_logits = val_eval
-        else:
-            val_logits, val_y = _predict_source(net, val_source, amp, ddp=ddp)
-            metrics.update(_summary(val_logits, val_y, "val", cfg.ece_bins,
-                                    f"after epoch {epoch}"))
+        val_state, val_metrics = task.evaluate(net, val_source, ctx, f"after epoch {epoch}",
+                                               final=epoch == cfg.epochs)
+        epoch_metrics.update(val_metrics)
         if on_epoch is not None:
             state = {
                 "epoch": epoch,
                 "model": copy.deepcopy(net.state_dict()),
                 "optimizer": copy.deepcopy(optimizer.state_dict()),
                 "scheduler": copy.deepcopy(scheduler.state_dict()),
-                "metrics": dict(metrics),
+                "metrics": dict(epoch_metrics),
             }
-            on_epoch(epoch, dict(metrics), state)
+            on_epoch(epoch, dict(epoch_metrics), state)
 
     epochs_completed = max(cfg.epochs, start_epoch - 1)
-    if dense:
-        return _finish_dense(net, val_logits, val_source, data, cfg, amp, metrics,
-                             epochs_completed, num_workers, start_epoch)
-    if val_logits is None:  # resumed after the last epoch: nothing trained, evaluate again
-        val_logits, val_y = _predict_source(net, val_source, amp, ddp=ddp)
-        after = f"resumed after epoch {start_epoch - 1}"
-        metrics.update(_summary(val_logits, val_y, "val", cfg.ece_bins, after))
-    test_logits, test_y = _predict_source(
-        net, _Source(data.test, device, num_workers=num_workers), amp, ddp=ddp)
-    after = f"after epoch {epochs_completed}"
-    metrics.update(_summary(test_logits, test_y, "test", cfg.ece_bins, after))
-    # the estimators of raysearch.metrics.estimator_summary, once, on the final model
-    metrics.update(_estimators(val_logits, val_y, "val", cfg.ece_bins))
-    metrics.update(_estimators(test_logits, test_y, "test", cfg.ece_bins))
-    net.eval()
-    return TrainResult(
-        metrics=metrics,
-        epochs_completed=epochs_completed,
-        model=net,
-        val_logits=_numpy_logits(val_logits),
-        val_labels=val_y.cpu().numpy().astype(np.int64),
-        test_logits=_numpy_logits(test_logits),
-        test_labels=test_y.cpu().numpy().astype(np.int64),
-    )
+    return task.finish(net, val_state, val_source, ctx, epoch_metrics, epochs_completed,
+                       start_epoch)
+
+
+def load_run_data(cfg: RunConfig, *, components: Mapping[str, Mapping[str, Any]] | None = None,
+                  **extra: Any) -> DatasetSplits:
+    """The splits of `cfg`'s data section.
+
+    ``load_dataset(data.name, data_dir=data.dir, seed=cfg.split_seed,
+    val_fraction=data.val_fraction, **data.params)``.
+
+    Args:
+        cfg: the run config.
+        components: objects given through the Python API (see :func:`fit`).
+        **extra: more keyword arguments of the factory (``download=True``, ``verify=True``).
+
+    Raises:
+        ValueError: as :func:`raysearch.data.load_dataset` (unknown name, a keyword the
+            factory does not take, a contract violation).
+    """
+    from raysearch.data import load_dataset
+
+    name = _component(cfg.data.name, "datasets", components)
+    return load_dataset(name, seed=cfg.split_seed, val_fraction=cfg.data.val_fraction,
+                        data_dir=cfg.data.dir, **{**cfg.data.params, **extra})
+
+
+def build_run_model(cfg: RunConfig, data: DatasetSplits, *,
+                    components: Mapping[str, Mapping[str, Any]] | None = None) -> nn.Module:
+    """The model of `cfg`'s model section for `data`.
+
+    ``factory(num_classes=K, input_shape=data.input_shape, **model.params)``, plus what the data
+    offers the factory (``data.model_kwargs``, such as a text dataset's vocabulary) where it
+    takes it.
+
+    Raises:
+        ValueError: as :func:`raysearch.models.build_model`.
+    """
+    from raysearch.models import build_model, model_factory
+    from raysearch.registry import accepted_keywords
+
+    name = _component(cfg.model.name, "models", components)
+    names, var_kw = accepted_keywords(model_factory(name))
+    offered = {k: v for k, v in data.model_kwargs.items()
+               if (k in names or var_kw) and k not in cfg.model.params}
+    return build_model(name, num_classes=data.num_classes, input_shape=data.input_shape,
+                       **offered, **cfg.model.params)
+
+
+def check_run_model(cfg: RunConfig, data: DatasetSplits, *,
+                    components: Mapping[str, Mapping[str, Any]] | None = None) -> nn.Module:
+    """Build `cfg`'s model to check it, cheaply: on the meta device (shapes, no memory).
+
+    A factory that cannot run on the meta device (it reads tensor values) is built on the CPU,
+    whose error, if any, is the one raised; a factory given a file (a backbone's weights) is
+    built for real, so the file is read.
+    Then the data's task checks the model (a segmentation network on classification data).
+
+    Raises:
+        ValueError: as :func:`build_run_model`, or from the task's check.
+    """
+    from raysearch.models import model_factory
+    from raysearch.tasks import task_for
+
+    task = task_for(data)
+    label = f"model {cfg.model.name!r}"
+    # a factory that declares its task (the built-in segmentation networks) is checked first
+    task.check_model(model_factory(_component(cfg.model.name, "models", components)), label)
+    if any(isinstance(v, str) and Path(v).expanduser().is_file()
+           for v in cfg.model.params.values()):
+        # a factory that reads a file (a segmentation backbone's weights) reads it for real
+        model = build_run_model(cfg, data, components=components)
+    else:
+        try:
+            with torch.device("meta"):
+                model = build_run_model(cfg, data, components=components)
+        except Exception:  # noqa: BLE001 (the factory's own error, on the CPU)
+            model = build_run_model(cfg, data, components=components)
+    task.check_model(model, label)
+    task.check_output(model, data, label)
+    return model
+
+
+def build_run_loss(cfg: RunConfig, data: DatasetSplits, *,
+                   components: Mapping[str, Mapping[str, Any]] | None = None) -> nn.Module:
+    """The loss of `cfg`'s loss section, told the data's ``ignore_index`` when it has one.
+
+    Raises:
+        ValueError: as :func:`raysearch.losses.build_loss`.
+    """
+    from raysearch.losses import build_loss
+
+    name = _component(cfg.loss.name, "losses", components)
+    if data.ignore_index is not None:
+        return build_loss(name, ignore_index=data.ignore_index, **cfg.loss.params)
+    return build_loss(name, **cfg.loss.params)
+
+
+def _component(name: str, kind: str, components: Mapping[str, Mapping[str, Any]] | None) -> Any:
+    """The object given for `name` through the Python API, else the name itself."""
+    given = (components or {}).get(kind) or {}
+    return given.get(name, name)
 
 
 def lr_factor(cfg: RunConfig) -> Callable[[int], float]:
-    """The schedule of `cfg` as ``factor(i)``: epoch ``i + 1`` trains at ``cfg.lr * factor(i)``.
+    """The schedule of `cfg` as ``factor(i)``: epoch ``i + 1`` trains at ``lr * factor(i)``.
 
     See the module docstring (cosine / multistep / constant, linear warm-up from 0.1).
     """
     epochs = cfg.epochs
-    warmup = int(getattr(cfg, "warmup_epochs", 0))
-    schedule = getattr(cfg, "schedule", "cosine")
-    milestones = cfg.milestone_epochs() if hasattr(cfg, "milestone_epochs") else []
-    decay = float(getattr(cfg, "lr_decay", 0.1))
+    warmup = cfg.schedule.warmup_epochs
+    schedule = cfg.schedule.name
+    milestones = cfg.schedule.milestone_epochs()
+    decay = cfg.schedule.lr_decay
 
     def factor(i: int) -> float:
         if schedule == "cosine":
@@ -476,285 +473,8 @@ def lr_factor(cfg: RunConfig) -> Callable[[int], float]:
     return factor
 
 
-def evaluate(
-    model: nn.Module,
-    dataset: Dataset,
-    *,
-    batch_size: int = EVAL_BATCH_SIZE,
-    device: str | torch.device = "cpu",
-    num_workers: int = 0,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Logits and labels of `model` on `dataset`, in eval mode under ``torch.inference_mode``.
-
-    Computed in float32; the model's train/eval mode is restored afterwards.
-
-    Args:
-        model (nn.Module): maps (N, C, H, W) inputs to (N, K) logits; must already be on `device`.
-        dataset (Dataset): a ``TensorDataset`` (x, y), an in-memory image set, or any dataset of
-            ``(x, y)`` pairs.
-        batch_size (int, optional): inference batch size (>= 1). Defaults to ``1024``.
-        device (str | torch.device, optional): where inputs are sent. Defaults to ``"cpu"``.
-        num_workers (int, optional): ``DataLoader`` workers for file-backed datasets.
-            Defaults to ``0``.
-
-    Returns:
-        tuple[np.ndarray, np.ndarray]: logits float32 (N, K) and labels int64 (N,), in dataset
-        order.
-
-    Raises:
-        ValueError: if `batch_size` < 1.
-    """
-    if batch_size < 1:
-        raise ValueError(f"`batch_size` must be >= 1, got {batch_size}")
-    device = torch.device(device)
-    source = _Source(dataset, device, num_workers=num_workers)
-    logits, labels = _predict_source(model, source, _Amp(device, "fp32"), batch_size)
-    return _numpy_logits(logits), labels.cpu().numpy().astype(np.int64)
-
-
 #: Mixed into the epoch seed for the augmentation generator (independent of the batch order).
 _AUGMENT_SALT = 0x5EED_A5A5
-
-
-class _Amp:
-    """Autocast and memory-format settings of one run."""
-
-    def __init__(self, device: torch.device, precision: str) -> None:
-        self.device = device
-        self.bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
-        self.channels_last = device.type == "cuda"
-
-    def autocast(self) -> contextlib.AbstractContextManager:
-        if not self.bf16:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=torch.bfloat16)
-
-    def prepare(self, x: Tensor) -> Tensor:
-        if self.channels_last and x.ndim == 4:
-            return x.contiguous(memory_format=torch.channels_last)
-        return x
-
-
-class _Source:
-    """One split as batches on the training device (see the module docstring, **Data**)."""
-
-    def __init__(self, dataset: Dataset, device: torch.device, *, num_workers: int = 0) -> None:
-        self.dataset = dataset
-        self.device = device
-        self.num_workers = num_workers
-        self.n = len(dataset)  # type: ignore[arg-type]
-        if isinstance(dataset, TensorDataset):
-            self.kind = "tensor"
-            self.x, self.y = _to_device(dataset, device)
-        elif callable(getattr(dataset, "batch", None)) and callable(getattr(dataset, "to", None)):
-            self.kind = "images"
-            self.images = dataset.to(device)
-        else:
-            self.kind = "loader"
-
-    def labels(self) -> Tensor:
-        """All labels, int64 (N,), in dataset order."""
-        if self.kind == "tensor":
-            return self.y
-        if self.kind == "images":
-            return self.images.labels
-        labels = getattr(self.dataset, "labels", None)
-        if labels is None:
-            labels = [self.dataset[i][1] for i in range(self.n)]
-        return torch.as_tensor(np.asarray(labels), dtype=torch.int64)
-
-    def batches(
-        self,
-        order: Tensor,
-        batch_size: int,
-        augment: torch.Generator | None,
-        ddp: _Dist | None = None,
-    ) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
-        """``(x, y, index)`` on the device for consecutive chunks of `order` (CPU int64).
-
-        With `ddp`, this rank's share ``chunk[rank::world]`` of every chunk, as
-        ``(x, y, index, len(chunk))`` (see :meth:`_shares`).
-        """
-        if ddp is not None:
-            yield from self._shares(order, batch_size, augment, ddp)  # type: ignore[misc]
-            return
-        if self.kind == "loader":
-            yield from self._loader_batches(order, batch_size, augment)
-            return
-        for index in torch.split(order.to(self.device), batch_size):
-            if self.kind == "tensor":
-                yield self.x[index], self.y[index], index
-            else:
-                xb, yb = self.images.batch(index, generator=augment)
-                yield xb, yb, index
-
-    def _shares(
-        self, order: Tensor, batch_size: int, augment: torch.Generator | None, ddp: _Dist
-    ) -> Iterator[tuple[Tensor, Tensor, Tensor, int]]:
-        """This rank's share of every global batch, and the global batch's size.
-
-        In-memory images are gathered and augmented for the whole batch (the augmentation
-        generator then advances as with one worker) and sliced; tensors are indexed by the share;
-        file-backed datasets load the share only. A share may be empty (a last batch smaller
-        than the number of ranks): then x and y have 0 rows.
-        """
-        chunks = torch.split(order, batch_size)
-        if self.kind == "loader":
-            shares = [chunk[ddp.rank :: ddp.world] for chunk in chunks]
-            loaded = self._loader_batches(shares, batch_size, augment)
-            for chunk, (xb, yb, index) in zip(chunks, loaded, strict=True):
-                yield xb, yb, index, len(chunk)
-            return
-        for chunk in chunks:
-            if self.kind == "tensor":
-                index = chunk[ddp.rank :: ddp.world].to(self.device)
-                yield self.x[index], self.y[index], index, len(chunk)
-            else:
-                index = chunk.to(self.device)
-                xb, yb = self.images.batch(index, generator=augment)
-                mine = slice(ddp.rank, None, ddp.world)
-                yield xb[mine], yb[mine], index[mine], len(chunk)
-
-    def _loader_batches(
-        self, order: Tensor | list[Tensor], batch_size: int, augment: torch.Generator | None
-    ) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
-        if isinstance(order, list):  # given batches (DDP shares), possibly empty
-            yield from self._loader_given(order, augment)
-            return
-        cuda = self.device.type == "cuda"
-        loader = DataLoader(
-            self.dataset,
-            batch_size=batch_size,
-            sampler=order.tolist(),
-            num_workers=self.num_workers,
-            pin_memory=cuda,
-            generator=augment,
-        )
-        for (xb, yb), index in zip(loader, torch.split(order, batch_size), strict=True):
-            yield (
-                xb.to(self.device, non_blocking=cuda),
-                torch.as_tensor(yb).to(self.device, dtype=torch.int64, non_blocking=cuda),
-                index.to(self.device),
-            )
-
-    def _loader_given(
-        self, shares: list[Tensor], augment: torch.Generator | None
-    ) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
-        """The batches `shares` through a DataLoader; an empty share gives 0-row tensors."""
-        cuda = self.device.type == "cuda"
-        nonempty = [share.tolist() for share in shares if len(share)]
-        loader = iter(DataLoader(
-            self.dataset,
-            batch_sampler=nonempty,
-            num_workers=self.num_workers if nonempty else 0,
-            pin_memory=cuda,
-            generator=augment,
-        ))
-        empty_x = None
-        for share in shares:
-            if len(share):
-                xb, yb = next(loader)
-                xb = xb.to(self.device, non_blocking=cuda)
-                yb = torch.as_tensor(yb).to(self.device, dtype=torch.int64, non_blocking=cuda)
-                empty_x = xb[:0]
-            else:
-                if empty_x is None:
-                    sample = torch.as_tensor(self.dataset[0][0])
-                    empty_x = sample.new_zeros((0, *sample.shape)).to(self.device)
-                xb, yb = empty_x, torch.zeros(0, dtype=torch.int64, device=self.device)
-            yield xb, yb, share.to(self.device)
-
-
-class _Dist:
-    """This process's place in the ``torch.distributed`` group of a DDP run of :func:`fit`."""
-
-    def __init__(self, device: torch.device) -> None:
-        import torch.distributed as dist
-
-        self.dist = dist
-        self.rank = dist.get_rank()
-        self.world = dist.get_world_size()
-        self.device = device
-        # NCCL reduces CUDA tensors only; gloo (the CPU backend) CPU tensors
-        self.comm = device if dist.get_backend() == "nccl" else torch.device("cpu")
-
-    @classmethod
-    def detect(cls, distributed: bool | None, device: torch.device) -> _Dist | None:
-        """The group to train over, or None (see `distributed` in :func:`fit`)."""
-        if distributed is not None and not isinstance(distributed, bool):
-            raise TypeError(f"`distributed` must be a bool or None, got {distributed!r}")
-        if distributed is False:
-            return None
-        import torch.distributed as dist
-
-        initialised = dist.is_available() and dist.is_initialized()
-        if distributed and not initialised:
-            raise ValueError("`distributed`=True but no torch.distributed process group is "
-                             "initialised (run fit() in the workers of a TorchTrainer)")
-        if not initialised or dist.get_world_size() < 2:
-            return None
-        return cls(device)
-
-    def check_sizes(self, batch_size: int, data: DatasetSplits) -> None:
-        """Every rank needs samples: the batch size and each split must reach the world size."""
-        if batch_size < self.world:
-            raise ValueError(f"`batch_size` ({batch_size}) must be >= the number of DDP ranks "
-                             f"({self.world})")
-        for name in ("train", "val", "test"):
-            n = len(getattr(data, name))
-            if n < self.world:
-                raise ValueError(f"the {name} split has {n} samples, fewer than the {self.world} "
-                                 "DDP ranks")
-
-    def wrap(self, model: nn.Module) -> nn.Module:
-        """``DistributedDataParallel(model)``, with ``device_ids`` on CUDA."""
-        from torch.nn.parallel import DistributedDataParallel
-
-        if self.device.type == "cuda":
-            index = self.device.index
-            if index is None:
-                index = torch.cuda.current_device()
-            return DistributedDataParallel(model, device_ids=[index], output_device=index)
-        return DistributedDataParallel(model)
-
-    def _reduce(self, value: Tensor, op: Any) -> Tensor:
-        out = value.detach().to(self.comm).clone()
-        self.dist.all_reduce(out, op=op)
-        return out.to(value.device)
-
-    def all_sum(self, value: Tensor) -> Tensor:
-        """The sum of `value` over the ranks (a new tensor on `value`'s device)."""
-        return self._reduce(value, self.dist.ReduceOp.SUM)
-
-    def all_min(self, value: Tensor) -> Tensor:
-        """The minimum of `value` over the ranks."""
-        return self._reduce(value, self.dist.ReduceOp.MIN)
-
-    def gather(self, rows: Tensor, n: int) -> Tensor:
-        """Rows ``[rank::world]`` of an (n, ...) tensor from every rank, back in order.
-
-        Shares differ in length by at most one: each is padded to ``ceil(n / world)`` rows,
-        all-gathered, interleaved, and the padding dropped.
-        """
-        per_rank = -(-n // self.world)
-        padded = rows.new_zeros((per_rank, *rows.shape[1:]))
-        padded[: len(rows)] = rows
-        padded = padded.to(self.comm)
-        parts = [torch.empty_like(padded) for _ in range(self.world)]
-        self.dist.all_gather(parts, padded)
-        # parts[r][j] is row j * world + r
-        full = torch.stack(parts, dim=1).reshape(per_rank * self.world, *rows.shape[1:])
-        return full[:n].to(rows.device)
-
-    def sync_buffers(self, model: nn.Module) -> None:
-        """Broadcast rank 0's buffers (BatchNorm running statistics) to every rank."""
-        for buffer in model.buffers():
-            if buffer.device.type == self.comm.type:
-                self.dist.broadcast(buffer.data, src=0)
-            else:
-                value = buffer.detach().to(self.comm)
-                self.dist.broadcast(value, src=0)
-                buffer.data.copy_(value)
 
 
 class _Guard:
@@ -769,7 +489,7 @@ class _Guard:
         device: torch.device,
         optimizer: torch.optim.Optimizer,
         epoch: int,
-        ddp: _Dist | None = None,
+        ddp: Dist | None = None,
     ) -> None:
         self.deferred = device.type == "cuda"
         self.optimizer = optimizer
@@ -802,7 +522,7 @@ class _Guard:
         self.optimizer.step()
 
     def _step_shared(
-        self, ddp: _Dist, loss: Tensor, batch: int, note: str, n_rank: int, n_batch: int
+        self, ddp: Dist, loss: Tensor, batch: int, note: str, n_rank: int, n_batch: int
     ) -> None:
         weight = n_rank / n_batch
         if not self.deferred:
@@ -875,12 +595,13 @@ def _train_epoch(
     guard: _Guard,
     batches: Iterator[tuple[Tensor, Tensor, Tensor]],
     n: int,
-    amp: _Amp,
+    amp: Amp,
     *,
     side: dict[str, Tensor] | None = None,
     mixer: Callable[[Tensor, Tensor], tuple[Tensor, Tensor, Tensor]] | None = None,
-    ddp: _Dist | None = None,
+    ddp: Dist | None = None,
     ignore_index: int | None = None,
+    label: str = "the model",
 ) -> dict[str, float]:
     """One pass over `batches`; returns ``train_loss`` and ``train_accuracy``.
 
@@ -898,10 +619,10 @@ def _train_epoch(
     for batch, (xb, yb, index, *rest) in enumerate(batches, start=1):
         if mixer is not None and len(yb):
             xb, lam, partner = mixer(xb, yb)
-            logits = _forward(model, xb, amp)
+            logits = _forward(model, xb, amp, label)
             loss = lam * loss_fn(logits, yb) + (1 - lam) * loss_fn(logits, partner)
         else:
-            logits = _forward(model, xb, amp)
+            logits = _forward(model, xb, amp, label)
             if not len(yb):  # an empty DDP share: no loss, but the same collectives
                 loss = logits.sum() * 0.0
             elif side:
@@ -922,7 +643,7 @@ def _train_epoch(
 
 
 def _train_metrics(
-    loss_sum: Tensor, correct: Tensor, n: int, ddp: _Dist | None, counted: Tensor | None = None
+    loss_sum: Tensor, correct: Tensor, n: int, ddp: Dist | None, counted: Tensor | None = None
 ) -> dict[str, float]:
     """``train_loss`` and ``train_accuracy`` from the sums of one epoch (all ranks' in DDP).
 
@@ -937,10 +658,14 @@ def _train_metrics(
     return {"train_loss": loss_sum.item() / n, "train_accuracy": correct.item() / total}
 
 
-def _forward(model: nn.Module, x: Tensor, amp: _Amp) -> Tensor:
-    """Training forward pass under the run's autocast; float32 logits for the loss."""
+def _forward(model: nn.Module, x: Tensor, amp: Amp, label: str = "the model") -> Tensor:
+    """Training forward pass under the run's autocast; float32 logits for the loss.
+
+    The model may return the logits, a tuple whose first item is the logits, or a mapping with
+    ``logits`` (:func:`raysearch.models.output_logits`).
+    """
     with amp.autocast():
-        logits = model(amp.prepare(x))
+        logits = output_logits(model(amp.prepare(x)), model=label)
     return logits.float()
 
 
@@ -948,13 +673,14 @@ def _train_epoch_interleaved(
     model: nn.Module,
     loss_fn: nn.Module,
     guard: _Guard,
-    source: _Source,
+    source: Source,
     parts: tuple[np.ndarray | Tensor, np.ndarray | Tensor],
     batch_size: int,
     generator: torch.Generator,
     augment: torch.Generator,
-    amp: _Amp,
-    ddp: _Dist | None = None,
+    amp: Amp,
+    ddp: Dist | None = None,
+    label: str = "the model",
 ) -> dict[str, float]:
     """One interleaved epoch (App. B): primary on majority batches, then beta * secondary.
 
@@ -972,7 +698,7 @@ def _train_epoch_interleaved(
         order = part[torch.randperm(len(part), generator=generator)]
         for xb, yb, _, *rest in source.batches(order, batch_size, augment, ddp):
             batch += 1
-            logits = _forward(model, xb, amp)
+            logits = _forward(model, xb, amp, label)
             if not len(yb):  # an empty DDP share: no loss, but the same collectives
                 loss = logits.sum() * 0.0
             else:
@@ -989,11 +715,11 @@ def _train_epoch_interleaved(
 _NOT_INTERLEAVABLE = "interleaved training needs a primary + secondary objective"
 
 
-def _check_interleavable(loss_fn: nn.Module, method: str, needs_objectness: bool) -> None:
+def _check_interleavable(loss_fn: nn.Module, method: str, side_inputs: bool) -> None:
     """Reject losses that cannot be split into primary and secondary terms (before training)."""
     beta = getattr(loss_fn, "beta", None)
     if (
-        needs_objectness
+        side_inputs
         or not callable(getattr(loss_fn, "terms", None))
         or isinstance(beta, bool)
         or not isinstance(beta, (int, float))
@@ -1026,7 +752,7 @@ def _term(loss_fn: nn.Module, logits: Tensor, targets: Tensor, name: str) -> Ten
 
 def _interleave_fraction(cfg: RunConfig) -> float:
     """``cfg.interleave_fraction`` (default 0.1), checked to be in (0, 1)."""
-    fraction = getattr(cfg, "interleave_fraction", 0.1)
+    fraction = cfg.interleave_fraction
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
         raise ValueError(f"`interleave_fraction` must be in (0, 1), got {fraction!r}")
     return float(fraction)
@@ -1062,176 +788,12 @@ def _epoch_seed(seed: int, epoch: int) -> int:
     return (seed * 1_000_003 + epoch) % 2**63
 
 
-def _to_device(dataset: Dataset, device: torch.device) -> tuple[Tensor, Tensor]:
-    """The (x, y) tensors of a dataset on `device` (the data is held in memory)."""
-    if isinstance(dataset, TensorDataset):
-        x, y = dataset.tensors[0], dataset.tensors[1]
-    else:
-        xs, ys = zip(*(dataset[i] for i in range(len(dataset))), strict=True)
-        x, y = torch.stack([torch.as_tensor(v) for v in xs]), torch.as_tensor(ys)
-    return x.to(device), y.to(device=device, dtype=torch.int64)
-
-
-def _predict_source(
-    model: nn.Module,
-    source: _Source,
-    amp: _Amp,
-    batch_size: int = EVAL_BATCH_SIZE,
-    *,
-    ddp: _Dist | None = None,
-) -> tuple[Tensor, Tensor]:
-    """Float32 logits (N, K) and labels (N,) of a split in eval mode, in dataset order.
-
-    Never under autocast: the reported calibration does not depend on the training precision.
-    Restores the model's train/eval mode. With `ddp` each rank predicts ``arange(N)[rank::world]``
-    (with the unwrapped model: no DDP collective per forward) and the shards are all-gathered
-    back into dataset order, on every rank.
-    """
-    was_training = model.training
-    model.eval()
-    order = torch.arange(source.n)
-    if ddp is not None:
-        order = order[ddp.rank :: ddp.world]
-    try:
-        with torch.inference_mode():
-            logits, labels = [], []
-            for xb, yb, _ in source.batches(order, batch_size, None):
-                logits.append(model(amp.prepare(xb)).float())
-                labels.append(yb)
-    finally:
-        model.train(was_training)
-    if ddp is not None:
-        return ddp.gather(torch.cat(logits), source.n), ddp.gather(torch.cat(labels), source.n)
-    return torch.cat(logits), torch.cat(labels)
-
-
-def _numpy_logits(logits: Tensor) -> np.ndarray:
-    return logits.detach().cpu().numpy().astype(np.float32, copy=False)
-
-
-def _estimators(logits: Tensor, labels: Tensor, split: str, n_bins: int) -> dict[str, float]:
-    """``{split}_{key}`` of :func:`raysearch.metrics.estimator_summary` (final model only)."""
-    from raysearch.metrics import estimator_summary, softmax
-
-    summary = estimator_summary(softmax(_numpy_logits(logits)), labels.cpu().numpy(),
-                                n_bins=n_bins)
-    return {f"{split}_{key}": float(value) for key, value in summary.items()}
-
-
-def _summary(
-    logits: Tensor, labels: Tensor, split: str, n_bins: int, after: str
-) -> dict[str, float]:
-    """``{split}_{metric}`` of :class:`raysearch.metrics.CalibrationMeter` on a split's logits.
-
-    The same numbers as :func:`raysearch.metrics.calibration_summary` (to float rounding).
-
-    Raises:
-        DivergedError: if a logit is NaN or infinite (`after` says when, for the message).
-    """
-    from raysearch.metrics import CalibrationMeter, softmax
-
-    if not torch.isfinite(logits).all():
-        # the last optimizer step blew the weights up: the loss was finite, the model is not
-        raise DivergedError(f"the model's {split} logits are not finite ({after})")
-    # the same streaming meter as segmentation trials (one update: the split's logits fit in
-    # memory); equal to raysearch.metrics.calibration_summary to float rounding
-    meter = CalibrationMeter(int(logits.shape[1]), n_bins=n_bins,
-                             aece_samples=max(int(labels.shape[0]), 1))  # exact adaptive ECE
-    meter.update(softmax(_numpy_logits(logits)), labels.cpu().numpy())
-    summary = meter.compute()
-    return {f"{split}_{key}": float(summary[key]) for key in SUMMARY_KEYS}
-
-
-#: Metrics of a segmentation split (:class:`raysearch.metrics.CalibrationMeter`), logged as
-#: ``{split}_{key}``; the calibrated (temperature-scaled) ones as ``test_{key}_ts``.
-DENSE_KEYS = ("accuracy", "miou", "ece", "aece", "cece", "mce", "nll", "brier", "ece_released")
-_DENSE_TS_KEYS = ("accuracy", "ece", "aece", "cece", "mce", "nll", "brier")
-
-
-def _dense_eval(net: nn.Module, source: _Source, amp: _Amp, data: DatasetSplits,
-                cfg: RunConfig, after: str, *, final: bool,
-                temperatures: tuple[float, ...] = (1.0,)) -> Any:
-    """Stream a segmentation split through `net` (:func:`raysearch.dense.evaluate_dense`).
-
-    With `final` it also keeps the temperature-scaling pixel sample and the confidence-map
-    images. Batches of ``cfg.batch_size`` images; every DDP rank evaluates the whole split.
-
-    Raises:
-        DivergedError: if the logits are not finite (`after` says when).
-    """
-    from raysearch.dense import KEEP_IMAGES, TS_SAMPLE_PIXELS, evaluate_dense
-
-    order = torch.arange(source.n)
-    batches = ((xb, yb) for xb, yb, _ in source.batches(order, cfg.batch_size, None))
-    try:
-        return evaluate_dense(
-            net, batches, num_classes=data.num_classes, ignore_index=data.ignore_index,
-            n_bins=cfg.ece_bins, temperatures=temperatures,
-            sample_pixels=TS_SAMPLE_PIXELS if final else 0,
-            keep_images=KEEP_IMAGES if final else 0, seed=cfg.split_seed, prepare=amp.prepare)
-    except ValueError as exc:
-        if "not finite" in str(exc):
-            raise DivergedError(f"the model's logits are not finite ({after})") from None
-        raise
-
-
-def _dense_metrics(meter: Any, split: str, suffix: str = "",
-                   keys: tuple[str, ...] = DENSE_KEYS) -> dict[str, float]:
-    """``{split}_{key}{suffix}`` of a meter's :meth:`compute` (the keys it has)."""
-    values = meter.compute()
-    return {f"{split}_{k}{suffix}": float(values[k]) for k in keys if k in values}
-
-
-def _finish_dense(net: nn.Module, val_eval: Any, val_source: _Source, data: DatasetSplits,
-                  cfg: RunConfig, amp: _Amp, metrics: dict[str, float], epochs_completed: int,
-                  num_workers: int, start_epoch: int) -> TrainResult:
-    """The end of a segmentation run: TS fitted on a validation pixel sample, then the test pass.
-
-    The test pass feeds two meters at once (T = 1 and the fitted T); the result holds what the
-    trial logs (:class:`TrainResult`, ``dense``).
-    """
-    from raysearch.dense import fit_temperature, split_sample
-    from raysearch.metrics import CalibrationMeter, softmax
-
-    if val_eval is None or not len(val_eval.sample_labels):
-        # resumed after the last epoch (nothing trained): evaluate the final model again
-        val_eval = _dense_eval(net, val_source, amp, data, cfg,
-                               f"resumed after epoch {start_epoch - 1}", final=True)
-        metrics.update(_dense_metrics(val_eval.meters[0], "val"))
-    logits, labels = val_eval.sample_logits, val_eval.sample_labels
-    temperature = fit_temperature(logits, labels)
-    # an honest validation score of TS: fitted on one half of the pixel sample, measured on
-    # the other (as classification trials do with their validation logits)
-    fit_half, eval_half = split_sample(labels, cfg.split_seed)
-    t_half = fit_temperature(logits[fit_half], labels[fit_half])
-    half = CalibrationMeter(data.num_classes, n_bins=cfg.ece_bins)
-    if len(eval_half):
-        half.update(softmax(logits[eval_half] / t_half), labels[eval_half])
-        metrics.update(_dense_metrics(half, "val", "_ts", _DENSE_TS_KEYS))
-    test_source = _Source(data.test, amp.device, num_workers=num_workers)
-    test_eval = _dense_eval(net, test_source, amp, data, cfg, f"after epoch {epochs_completed}",
-                            final=False, temperatures=(1.0, temperature))
-    metrics.update(_dense_metrics(test_eval.meters[0], "test"))
-    metrics.update(_dense_metrics(test_eval.meters[1], "test", "_ts", _DENSE_TS_KEYS))
-    metrics["val_ts_temperature"] = temperature
-    net.eval()
-    k = data.num_classes
-    dense = {"temperature": temperature, "test_bins": test_eval.meters[0].reliability_bins(),
-             "val_iou": val_eval.meters[0].iou(), "test_iou": test_eval.meters[0].iou(),
-             "class_names": list(data.class_names or [str(i) for i in range(k)]),
-             "images": val_eval.images}
-    return TrainResult(metrics=metrics, epochs_completed=epochs_completed, model=net,
-                       val_logits=logits, val_labels=labels,
-                       test_logits=np.zeros((0, k), np.float32),
-                       test_labels=np.zeros(0, np.int64), task="segmentation", dense=dense)
-
-
 def _head_names(model: nn.Module, cfg: RunConfig) -> set[str]:
     """Parameter names of the classification head when the run treats it apart.
 
     That is with a head learning rate or a frozen backbone; empty otherwise.
     """
-    if getattr(cfg, "head_lr", None) is None and not getattr(cfg, "freeze_backbone_epochs", 0):
+    if cfg.model.head_lr is None and not cfg.model.freeze_backbone_epochs:
         return set()
     from raysearch.models.pretrained import head_parameter_names
 
@@ -1239,8 +801,8 @@ def _head_names(model: nn.Module, cfg: RunConfig) -> set[str]:
 
 
 def _param_groups(model: nn.Module, cfg: RunConfig, head: set[str]) -> list[dict[str, Any]]:
-    """SGD parameter groups: the head at ``cfg.head_lr`` (when set), the rest at ``cfg.lr``."""
-    head_lr = getattr(cfg, "head_lr", None)
+    """Parameter groups: the head at ``model.head_lr`` (when set), the rest at ``lr``."""
+    head_lr = cfg.model.head_lr
     if head_lr is None or not head:
         return [{"params": list(model.parameters())}]
     named = list(model.named_parameters())

@@ -20,7 +20,7 @@ def ray_session():
     """One local Ray instance (2 CPUs) shared by every integration test."""
     import ray
 
-    from raysearch.sweep import init_ray, quiet_ray_env
+    from raysearch.sweep_engine import init_ray, quiet_ray_env
 
     quiet_ray_env()
     if not ray.is_initialized():

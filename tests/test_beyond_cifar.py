@@ -117,7 +117,7 @@ def test_newsgroups_sweep_with_glove(ray_session, tmp_path, sqlite_uri):
     for child in children:
         assert child.data.tags["raysearch.complete"] == "true"
         assert child.data.params["model"] == "gpool_cnn"
-        assert child.data.params["embeddings"] == str(glove)
+        assert child.data.params["model.embeddings_path"] == str(glove)
         assert 0.0 <= child.data.metrics["test_ece"] <= 1.0
     trial, rerun = _export_and_train(client, exp, "ng", sqlite_uri, tmp_path)
     for key in ("val_accuracy", "val_ece", "test_accuracy", "test_ece"):

@@ -95,7 +95,7 @@ def test_sweep_with_two_workers_per_trial(ray_session, tmp_path, sqlite_uri):
     import ray
     from mlflow.tracking import MlflowClient
 
-    from raysearch.sweep import SweepSettings, run_sweep
+    from raysearch.sweep_engine import SweepSettings, run_sweep
 
     settings = SweepSettings(num_samples=1, max_concurrent=1, epochs=1, seed=0, name="ddp-sweep",
                              tracking_uri=sqlite_uri, storage_path=str(tmp_path / "ray"),

@@ -30,7 +30,7 @@ from mlflow.tracking import MlflowClient
 
 from raysearch.cli import main
 from raysearch.config import RunConfig
-from raysearch.sweep import SweepSettings, run_sweep
+from raysearch.sweep_engine import SweepSettings, run_sweep
 from raysearch.training import fit
 
 pytestmark = pytest.mark.integration

@@ -107,5 +107,6 @@ def test_adam_optimizer_as_mbls_trains_20_newsgroups():
     assert group["betas"] == (0.9, 0.999)
     assert group["initial_lr"] == pytest.approx(1e-3)
     assert 0.0 <= result.metrics["val_ece"] <= 1.0
-    with pytest.raises(ValueError, match="optimizer"):
-        RunConfig(optimizer="rmsprop")
+    # any torch.optim class works by name; a misspelt one is a one-line error with a suggestion
+    with pytest.raises(ValueError, match="Unknown optimizer 'rmsprp' \\(did you mean rmsprop"):
+        fit(RunConfig(epochs=1, optimizer="rmsprp"))

@@ -22,7 +22,7 @@ from raysearch import plots, tracking
 from raysearch.data import load_dataset
 from raysearch.searchers import RepeatedSearcher, mean_result
 from raysearch.spaces import CONFIG_ID_KEY, SEED_INDEX_KEY, load_space
-from raysearch.sweep import CompletedOnlyOptunaSearch, SweepSettings, make_sampler
+from raysearch.sweep_engine import CompletedOnlyOptunaSearch, SweepSettings, make_sampler
 
 OBJ = {"metric": ["val_accuracy", "val_ece"], "mode": ["max", "min"]}
 State = optuna.trial.TrialState

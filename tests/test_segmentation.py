@@ -120,7 +120,7 @@ def test_voc_sweep_selects_on_miou(ray_session, tmp_path, sqlite_uri):
         for key in ("val_miou", "val_ece", "val_aece", "val_nll", "test_miou", "test_ece",
                     "test_ece_ts"):
             assert key in child.data.metrics, key
-        assert child.data.params["crop_size"] == str(CROP)
+        assert child.data.params["data.crop_size"] == str(CROP)
         arts = {a.path for a in client.list_artifacts(child.info.run_id)}
         assert {"class_iou.csv", "reliability.png", "confidence_maps.png"} <= arts
         assert "logits.parquet" not in arts  # no per-pixel logits

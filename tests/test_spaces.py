@@ -383,8 +383,9 @@ ERROR_CASES = {
     ),
     "unknown_method": (
         "method: aclss\n",
-        r"bad\.yaml: method: unknown method 'aclss'; available: acls, als, avuc, avuc_gs, ce, "
-        r"ecp, flsd, focal, ls, mbls, mdca, mmce, savuc, sbece",
+        r"bad\.yaml: method: unknown method 'aclss' \(did you mean acls, als\?\); available: "
+        r"acls, als, avuc, avuc_gs, ce, ecp, flsd, focal, ls, mbls, mdca, mmce, savuc, sbece "
+        r"\(built-in\)",
     ),
     "unknown_loss_param": (
         "method: acls\nparams:\n  lambda3: 0.1\n",
@@ -522,8 +523,9 @@ def test_schedule_and_mixing_keys_in_a_space(tmp_path):
     space = load_space(path)
     config = space.resolve({"method": "ce", "mixup_alpha": 0.2, "cutmix_alpha": 1.0})
     assert config.milestone_epochs() == [150, 250]
-    assert (config.schedule, config.warmup_epochs, config.nesterov) == ("multistep", 5, True)
-    assert (config.mixup_alpha, config.cutmix_alpha, config.model) == (0.2, 1.0, "resnet20")
+    assert (config.schedule.name, config.schedule.warmup_epochs,
+            config.optimizer.params["nesterov"]) == ("multistep", 5, True)
+    assert (config.mixup_alpha, config.cutmix_alpha, config.model.name) == (0.2, 1.0, "resnet20")
     assert space.train_values("model") == ("resnet20",)
     assert space.train_values("cutmix_alpha") == (0.0, 1.0)
     assert space.train_values("lr") == ()

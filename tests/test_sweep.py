@@ -8,11 +8,13 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+import torch
 import yaml
 from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 from ray.tune import ExperimentAnalysis
 
+import raysearch
 from raysearch.cli import main
 from raysearch.config import RunConfig
 from raysearch.losses import build_loss
@@ -213,9 +215,12 @@ def test_report_export_train_reproduce(acls_sweep, tmp_path):
     assert exp.exit_code == 0, exp.output
     doc = yaml.safe_load(out.read_text())
     cfg = RunConfig.from_yaml(out)
-    assert cfg.method == "acls"
-    loss = build_loss(cfg.method, **cfg.loss_params)  # a Python user can build the loss
-    assert loss.margin == pytest.approx(doc["config"]["loss_params"]["margin"])
+    assert cfg.loss.name == "acls"
+    loss = build_loss(cfg.loss.name, **cfg.loss.params)  # a Python user can build the loss
+    assert loss.margin == pytest.approx(doc["config"]["loss"]["params"]["margin"])
+    # the export names what it needs to train again
+    assert doc["requires"]["raysearch"] == raysearch.__version__
+    assert doc["requires"]["torch"] == str(torch.__version__)
 
     tr = _cli("train", str(out), "--tracking-uri", uri, "--name", "retrain")
     assert tr.exit_code == 0, tr.output
@@ -365,7 +370,8 @@ def test_sweep_with_another_ece_metric(ray_session, tmp_path, sqlite_uri):
     bad = CliRunner().invoke(main, ["sweep", "ce", "--ece-metric", "nope",
                                     "--tracking-uri", sqlite_uri])
     assert bad.exit_code == 2
-    assert "unknown ECE metric 'nope'" in bad.stderr
+    assert "--ece-metric nope: the trials report no metric val_nope" in bad.stderr
+    assert bad.stderr.count("\n") == 1
 
 
 def test_repeated_sweep_end_to_end(ray_session, tmp_path, sqlite_uri):

@@ -57,7 +57,7 @@ def test_two_trials_on_a_cifar_format_folder(cifar_sweep):
     assert result.exit_code == 0, result.output
     # long tail with rho = 2 on 10 images per class: n_i = floor(10 * 2 ** (-i / 9)) keeps
     # 10, 9, 8, 7, 7, 6, 6, 5, 5, 5 = 68 images; 20% of them (ceil 13.6 = 14) are validation
-    assert "on cifar10 (54 train / 14 val / 30 test images)" in result.output
+    assert "on cifar10 (54 train / 14 val / 30 test samples)" in result.output
     assert result.output.count(" epoch 1/1: val acc ") == 2  # one epoch line per trial
     parents = [r for r in cifar_sweep["runs"] if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in cifar_sweep["runs"] if "mlflow.parentRunId" in r.data.tags]
@@ -76,7 +76,7 @@ def test_two_trials_on_a_cifar_format_folder(cifar_sweep):
         assert child.info.status == "FINISHED"
         assert child.data.params["dataset"] == "cifar10"
         assert child.data.params["model"] == "resnet20"
-        assert child.data.params["imbalance_ratio"] == "2.0"
+        assert child.data.params["data.imbalance_ratio"] == "2.0"
         assert child.data.params["val_fraction"] == "0.2"
         metrics = child.data.metrics
         assert 0 <= metrics["test_accuracy"] <= 1

@@ -41,6 +41,7 @@ from raysearch.calibration.temperature import (
     TemperatureScaling,
     TemperatureScalingSBECE,
 )
+from raysearch.registry import Registry, RegistryError, object_label
 
 _CALIBRATORS: dict[str, type[Calibrator]] = {
     "ts": TemperatureScaling,
@@ -51,7 +52,11 @@ _CALIBRATORS: dict[str, type[Calibrator]] = {
     "ts_sbece": TemperatureScalingSBECE,
 }
 
+#: Built-in calibrators plus the installed plug-ins (entry-point group ``raysearch.calibrators``).
+CALIBRATOR_REGISTRY = Registry("calibrators", _CALIBRATORS)
+
 __all__ = [
+    "CALIBRATOR_REGISTRY",
     "OBJECTIVES",
     "CalibrationObjective",
     "Calibrator",
@@ -79,15 +84,18 @@ def available_calibrators() -> list[str]:
     Returns:
         ``["cts", "ets", "pts", "pts_sctl", "ts", "ts_sbece"]``.
     """
-    return sorted(_CALIBRATORS)
+    return CALIBRATOR_REGISTRY.names()
 
 
-def _calibrator_class(name: str) -> type[Calibrator]:
-    if not isinstance(name, str) or name not in _CALIBRATORS:
-        raise ValueError(
-            f"Unknown calibrator {name!r}; available: {', '.join(available_calibrators())}"
-        )
-    return _CALIBRATORS[name]
+def _calibrator_class(name: Any) -> Any:
+    try:
+        return CALIBRATOR_REGISTRY.get(name)
+    except RegistryError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _is_builtin(target: Any) -> bool:
+    return inspect.isclass(target) and issubclass(target, Calibrator)
 
 
 def default_objective(name: str) -> str:
@@ -105,7 +113,8 @@ def default_objective(name: str) -> str:
     Raises:
         ValueError: if ``name`` is not registered.
     """
-    return _calibrator_class(name).default_objective
+    target = _calibrator_class(name)
+    return target.default_objective if _is_builtin(target) else "nll"
 
 
 def _keyword_defaults(function: Any) -> dict[str, Any]:
@@ -177,6 +186,9 @@ def fit_calibrator(
         TypeError: for a parameter of the wrong type or a non-bool ``classwise_scaling``.
     """
     calibrator_class = _calibrator_class(name)
+    if not _is_builtin(calibrator_class):
+        return _fit_plugin(calibrator_class, name, logits, labels, inputs=inputs,
+                           classwise_scaling=classwise_scaling, loss=loss, **params)
     if not isinstance(classwise_scaling, bool):
         raise TypeError(
             f"`classwise_scaling` must be a bool, got {type(classwise_scaling).__name__}"
@@ -202,3 +214,33 @@ def fit_calibrator(
             calibrator, **{k: params[k] for k in params if k in wrapper_keys}
         )
     return calibrator.fit(logits, labels)
+
+
+def _fit_plugin(target: Any, name: Any, logits: Any, labels: Any, *, inputs: str,
+                classwise_scaling: bool, loss: str | None, **params: Any) -> Any:
+    """A user's calibrator: ``target(**params).fit(logits, labels)`` with ``predict_proba``.
+
+    The contract of a plug-in (entry point ``raysearch.calibrators``, import string or class):
+    a class or factory taking its hyperparameters as keywords, whose result has
+    ``fit(logits, labels)`` (returning the fitted calibrator or None) and
+    ``predict_proba(logits) -> (N, K) probabilities``.
+    """
+    import numpy as np
+
+    label = name if isinstance(name, str) else object_label(name)
+    if inputs != "logits" or classwise_scaling or loss is not None:
+        raise ValueError(f"calibrator {label!r} is a plug-in: it takes logits and its own "
+                         "keyword parameters only (no inputs=, classwise_scaling, loss=)")
+    try:
+        calibrator = target(**params)
+        fitted = calibrator.fit(np.asarray(logits, dtype=np.float64), np.asarray(labels))
+    except (ValueError, TypeError):
+        raise
+    except Exception as exc:  # noqa: BLE001 (a user's calibrator: one line naming it)
+        raise ValueError(f"calibrator {label!r} raised {type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())}") from None
+    fitted = calibrator if fitted is None else fitted
+    if not callable(getattr(fitted, "predict_proba", None)):
+        raise ValueError(f"calibrator {label!r}: its fit() returned {type(fitted).__name__} "
+                         "without predict_proba(logits)")
+    return fitted

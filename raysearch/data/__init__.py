@@ -1,12 +1,15 @@
 """Datasets and their train/validation/test splits.
 
-A dataset is registered as a plain function in ``_DATASETS`` that takes the keyword-only arguments
-``seed``, ``val_fraction``, ``test_fraction``, ``data_dir``, ``download`` and ``imbalance_ratio``
-(``None`` fractions meaning the dataset's defaults, listed in ``_DEFAULTS``) and returns a
-:class:`DatasetSplits`; the segmentation loaders (``_SEGMENTATION``) also take ``crop_size`` and
-``verify``. To add one, write its loader in a module of this package (``digits.py``; the on-disk
-image datasets are in ``vision.py``, the segmentation datasets ``voc`` and ``segfolder`` in
-``segmentation.py``), import it here and add it to both dicts.
+A dataset is a factory ``f(data_dir=..., seed=..., val_fraction=..., **data_params) ->
+DatasetSplits`` (``None`` fractions meaning the dataset's defaults, listed in ``_DEFAULTS`` for the
+built-ins). The built-in loaders also take ``test_fraction``, ``download`` and
+``imbalance_ratio``; the segmentation loaders ``crop_size`` and ``verify``; ``cub200``
+``image_size`` and ``resize``. To add a built-in, write its loader in a module of this package
+(``digits.py``; the on-disk image datasets are in ``vision.py``, the segmentation datasets
+``voc`` and ``segfolder`` in ``segmentation.py``) and add it to ``_DATASETS`` and
+``_DEFAULTS``. A user's factory needs no registration: name it by its import string
+``package.module:attr``, or declare it as an entry point of the group ``raysearch.datasets``
+(:data:`DATASET_REGISTRY`, :mod:`raysearch.registry`).
 
 Splits. ``digits`` (no official test split) is split by seed into train/val/test (shares of all
 samples, default 0.6/0.2/0.2). Datasets with an official test split (``cifar10``, ``cifar100``,
@@ -41,9 +44,17 @@ from raysearch.data.splits import (
     OFFICIAL_VAL_FRACTION,
     DatasetError,
     DatasetSplits,
+    check_splits,
     long_tail_counts,
     long_tail_indices,
     stratified_split_indices,
+)
+from raysearch.registry import (
+    Registry,
+    RegistryError,
+    accepted_keywords,
+    check_keywords,
+    object_label,
 )
 
 # torchvision (about a second to import) is imported when an image dataset is first used, not
@@ -63,27 +74,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'raysearch.data' has no attribute {name!r}")
 
 
-def _lazy_loader(module: str, loader: str) -> Callable[..., DatasetSplits]:
-    """A loader of ``raysearch.data.<module>``, imported on its first call."""
-
-    def load(**kwargs: Any) -> DatasetSplits:
-        return getattr(importlib.import_module(f"raysearch.data.{module}"), loader)(**kwargs)
-
-    load.__name__ = load.__qualname__ = loader
-    load.__doc__ = f"``raysearch.data.{module}.{loader}`` (imported on first use)."
-    return load
-
-
-def _vision(loader: str) -> Callable[..., DatasetSplits]:
-    """A loader of :mod:`raysearch.data.vision`, imported on its first call."""
-    return _lazy_loader("vision", loader)
-
-
-def _segmentation(loader: str) -> Callable[..., DatasetSplits]:
-    """A loader of :mod:`raysearch.data.segmentation`, imported on its first call."""
-    return _lazy_loader("segmentation", loader)
-
-
 __all__ = [
     "CropFlip",
     "DatasetError",
@@ -91,8 +81,12 @@ __all__ = [
     "ImageFileDataset",
     "ImageTensorDataset",
     "SegmentationDataset",
+    "DATASET_REGISTRY",
     "available_datasets",
+    "check_splits",
     "dataset_defaults",
+    "dataset_factory",
+    "dataset_label",
     "dataset_task",
     "load_dataset",
     "long_tail_counts",
@@ -100,15 +94,20 @@ __all__ = [
     "stratified_split_indices",
 ]
 
-_DATASETS: dict[str, Callable[..., DatasetSplits]] = {
+#: The built-in loaders, as import strings: each module is imported on first use (torchvision,
+#: about a second to import, only when an image dataset is asked for).
+_DATASETS: dict[str, Any] = {
     "digits": load_digits,
-    **{name: _vision(f"load_{name}") for name in (
+    **{name: f"raysearch.data.vision:load_{name}" for name in (
         "cifar10", "cifar100", "svhn", "mnist", "fashion_mnist", "tiny_imagenet", "imagefolder")},
-    "voc": _segmentation("load_voc"),
-    "segfolder": _segmentation("load_segfolder"),
-    "cub200": _lazy_loader("cub", "load_cub200"),
-    "newsgroups20": _lazy_loader("text", "load_newsgroups20"),
+    "voc": "raysearch.data.segmentation:load_voc",
+    "segfolder": "raysearch.data.segmentation:load_segfolder",
+    "cub200": "raysearch.data.cub:load_cub200",
+    "newsgroups20": "raysearch.data.text:load_newsgroups20",
 }
+
+#: Built-in datasets plus the installed plug-ins (entry-point group ``raysearch.datasets``).
+DATASET_REGISTRY = Registry("datasets", _DATASETS)
 
 #: Datasets with one label per pixel (``task="segmentation"``); their loaders take `crop_size`
 #: and `verify`.
@@ -150,13 +149,35 @@ _MAX_SEED = 2**32 - 1
 
 
 def available_datasets() -> list[str]:
-    """Names accepted by :func:`load_dataset`, sorted."""
-    return sorted(_DATASETS)
+    """Names accepted by :func:`load_dataset` (built-ins and plug-ins), sorted."""
+    return DATASET_REGISTRY.names()
 
 
 def _check_name(name: str) -> None:
     if name not in _DATASETS:
-        raise ValueError(f"Unknown dataset {name!r}; available: {', '.join(available_datasets())}")
+        try:
+            DATASET_REGISTRY.get(name)
+        except RegistryError as exc:
+            raise ValueError(str(exc)) from None
+        raise ValueError(f"dataset {name!r} is not a built-in dataset")
+
+
+def dataset_label(name: Any) -> str:
+    """The name a dataset is recorded under: as given, or a factory's import string."""
+    return name if isinstance(name, str) else object_label(name)
+
+
+def dataset_factory(name: Any) -> Callable[..., DatasetSplits]:
+    """The factory of a dataset name, import string or callable.
+
+    Raises:
+        ValueError: for an unknown name (with the closest ones) or an import string that does
+            not import.
+    """
+    try:
+        return DATASET_REGISTRY.get(name)
+    except RegistryError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def dataset_defaults(name: str) -> dict[str, float | None]:
@@ -190,63 +211,74 @@ def dataset_task(name: str) -> str:
 
 
 def load_dataset(
-    name: str,
+    name: Any,
     *,
     seed: int = 0,
     val_fraction: float | None = None,
-    test_fraction: float | None = None,
     data_dir: str | os.PathLike | None = None,
+    test_fraction: float | None = None,
     download: bool = False,
     imbalance_ratio: float | None = None,
     crop_size: int | None = None,
     verify: bool = False,
+    **data_params: Any,
 ) -> DatasetSplits:
     """Load a dataset and split it into train, validation and test sets.
 
+    The factory contract (built-ins and a user's code alike) is
+    ``factory(data_dir=..., seed=..., val_fraction=..., **data_params) -> DatasetSplits``. The
+    keyword arguments after `data_dir` are the factory's own: they are passed only when given
+    (not ``None``/``False``), and a factory that does not take one is an error, not a silent
+    drop.
+
     Args:
-        name (str): dataset name, one of :func:`available_datasets`.
+        name (str | callable): dataset name, one of :func:`available_datasets`, an import string
+            ``package.module:attr`` of a factory, or the factory itself.
         seed (int, optional): seed of the split and of the long tail, in [0, 2**32 - 1]. The same
             seed gives the same split. Defaults to ``0``.
         val_fraction (float, optional): validation share in (0, 1): of all samples for
             ``digits``, flat ``imagefolder`` trees and ``segfolder`` folders without
             ``splits/``, of the official training split (list) otherwise. Defaults to ``None``
-            (:func:`dataset_defaults`).
-        test_fraction (float, optional): test share of all samples in (0, 1), for ``digits``,
-            flat ``imagefolder`` trees and ``segfolder`` folders without ``splits/`` only.
-            Defaults to ``None`` (:func:`dataset_defaults`).
+            (the dataset's default, :func:`dataset_defaults`).
         data_dir (str | os.PathLike, optional): folder of the on-disk dataset (see each loader
             in :mod:`raysearch.data.vision` and :mod:`raysearch.data.segmentation`); unused by
             ``digits``. Defaults to ``None``.
-        download (bool, optional): download into `data_dir` when the files are missing (never
-            otherwise). Defaults to ``False``.
-        imbalance_ratio (float, optional): long-tailed training pool with
+        test_fraction (float, optional): built-ins: test share of all samples in (0, 1), for
+            ``digits``, flat ``imagefolder`` trees and ``segfolder`` folders without
+            ``splits/`` only. Defaults to ``None``.
+        download (bool, optional): built-ins: download into `data_dir` when the files are missing
+            (never otherwise). Defaults to ``False``.
+        imbalance_ratio (float, optional): built-ins: long-tailed training pool with
             ``n_i = floor(n_max * ratio ** (-i / (K - 1)))`` samples of class i
-            (:func:`long_tail_counts`), >= 1; ``None`` keeps every sample; classification
-            only. Defaults to ``None``.
-        crop_size (int, optional): segmentation only: side S of the square training crops and
-            evaluation canvases (items ``(3, S, S)``, ``(S, S)``), >= 1; ``None`` means 512.
-            Must be ``None`` for classification datasets. Defaults to ``None``.
-        verify (bool, optional): segmentation only: decode every mask now and check its values
-            and size (about 0.5 to 1 s per 1,000 VOC masks; the sweep's driver does it once before
-            Ray starts); otherwise a bad mask raises when it is read. No effect on
-            classification datasets (their loaders check their files anyway). Defaults to
-            ``False``.
+            (:func:`long_tail_counts`), >= 1; classification only. Defaults to ``None``.
+        crop_size (int, optional): segmentation datasets only: side S of the square training
+            crops and evaluation canvases (items ``(3, S, S)``, ``(S, S)``), >= 1; ``None``
+            means 512. Defaults to ``None``.
+        verify (bool, optional): segmentation datasets: decode every mask now and check its
+            values and size (the sweep's driver does it once before Ray starts). Passed only to
+            factories that take it. Defaults to ``False``.
+        **data_params: any other keyword argument of the factory (``image_size`` of
+            ``cub200``, a user's ``n_features``, ...).
 
     Returns:
-        DatasetSplits: the three splits (x float32 (C, H, W), y int; segmentation: y int64
-        (S, S)), with ``info`` describing the split, ``task`` and ``ignore_index``.
+        DatasetSplits: the three splits, with ``info`` describing the split, ``task`` and
+        ``ignore_index``; ``name`` is the dataset's name and ``input_shape`` inferred from the
+        first training item when the factory left them out.
 
     Raises:
-        ValueError: if `name` is not registered, `seed` is out of range, a fraction is outside
-            (0, 1), `val_fraction` + `test_fraction` >= 1, `imbalance_ratio` < 1, `crop_size`
-            < 1, or `crop_size` is given for a classification dataset.
+        ValueError: if `name` is unknown (with the closest names) or does not import; `seed` is
+            out of range; a fraction is outside (0, 1); `imbalance_ratio` < 1; `crop_size` < 1;
+            the factory takes no keyword that was given (e.g. `crop_size` for an image
+            classification dataset); a user's factory raises, returns something that is not a
+            :class:`DatasetSplits`, or labels outside [0, num_classes) (one line naming it).
         TypeError: if `seed` is not an int or `download` or `verify` not a bool.
         DatasetError: (a ValueError) if the files are missing or corrupt, `data_dir` is needed
             and ``None``, `test_fraction` is given for a dataset with an official test split,
             a download fails or is asked for ``imagefolder``, ``segfolder`` or ``voc`` (never
             downloaded), or `imbalance_ratio` is given for a segmentation dataset.
     """
-    _check_name(name)
+    factory = dataset_factory(name)
+    label = dataset_label(name)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"`seed` must be an int, got {type(seed).__name__}")
     if not 0 <= seed <= _MAX_SEED:
@@ -266,24 +298,26 @@ def load_dataset(
         isinstance(crop_size, bool) or not isinstance(crop_size, int) or crop_size < 1
     ):
         raise ValueError(f"`crop_size` must be an int >= 1, got {crop_size!r}")
-    if crop_size is not None and name not in _SEGMENTATION:
-        raise ValueError(
-            f"`crop_size` applies to the segmentation datasets "
-            f"({', '.join(sorted(_SEGMENTATION))}) only; {name} keeps its own image size "
-            f"(got crop_size={crop_size})"
-        )
-    kwargs: dict[str, Any] = {
-        "seed": seed,
-        "val_fraction": val_fraction,
-        "test_fraction": test_fraction,
-        "data_dir": data_dir,
-        "download": download,
-        "imbalance_ratio": imbalance_ratio,
-    }
-    if name in _SEGMENTATION:
-        kwargs["crop_size"] = _DEFAULT_CROP_SIZE if crop_size is None else crop_size
-        kwargs["verify"] = verify
-    return _DATASETS[name](**kwargs)
+    given = {"test_fraction": test_fraction, "imbalance_ratio": imbalance_ratio,
+             "crop_size": crop_size, "download": download or None, **data_params}
+    params = {k: v for k, v in given.items() if v is not None}
+    check_keywords(factory, params, what=f"dataset {label!r}",
+                   reserved=("data_dir", "seed", "val_fraction", "verify"))
+    if verify and "verify" in accepted_keywords(factory)[0]:
+        params["verify"] = True
+    builtin = isinstance(name, str) and name in _DATASETS
+    if builtin:
+        splits = factory(data_dir=data_dir, seed=seed, val_fraction=val_fraction, **params)
+    else:
+        try:
+            splits = factory(data_dir=data_dir, seed=seed, val_fraction=val_fraction, **params)
+        except DatasetError:
+            raise
+        except Exception as exc:  # noqa: BLE001 (a user's factory: one line naming it)
+            raise ValueError(f"dataset {label!r} raised {type(exc).__name__}: "
+                             f"{' '.join(str(exc).split())}") from None
+    # a user's splits are checked item by item; the built-ins check their own files
+    return check_splits(splits, label, items=not builtin)
 
 
 def _is_number(value: object) -> bool:

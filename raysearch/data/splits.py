@@ -44,34 +44,46 @@ IMAGEFOLDER_TEST_FRACTION = 0.2
 
 @dataclass
 class DatasetSplits:
-    """Train, validation and test splits of one dataset.
+    """Train, validation and test splits of one dataset: what every dataset factory returns.
+
+    Only `train`, `val`, `test` and `num_classes` are required; the rest is optional or
+    inferred. Items are ``(x, y)`` pairs of any shape: images ``(C, H, W)``, token sequences
+    ``(L,)``, tabular features ``(F,)``; ``y`` an int class (classification) or an int mask
+    (segmentation). The loop, the metrics, post-hoc calibration and the plots take them as
+    they come: nothing downstream depends on the dataset's name.
 
     Attributes:
-        train: training split, a map-style ``Dataset`` of ``(x float32 (C, H, W), y int)``
-            (``digits``: a ``TensorDataset``; in-memory image sets: an
+        train: training split, a map-style ``Dataset`` of ``(x, y)`` (``digits``: a
+            ``TensorDataset``; in-memory image sets: an
             :class:`~raysearch.data.images.ImageTensorDataset` that augments;
             ``imagefolder``: an :class:`~raysearch.data.images.ImageFileDataset`; segmentation
             sets: a :class:`~raysearch.data.segmentation.SegmentationDataset` of
-            ``(x float32 (3, S, S), y int64 (S, S))``).
+            ``(x float32 (3, S, S), y int64 (S, S))``). A ``TensorDataset`` is moved to the
+            training device once and batched by indexing; any other dataset goes through a
+            ``DataLoader``.
         val: validation split (same layout, never augmented); used for per-epoch metrics and
             model selection.
         test: test split (same layout, never augmented); evaluated once after training.
-        num_classes: number of classes K; labels are in [0, K) (segmentation: or
+        num_classes: number of classes K (>= 2); labels are in [0, K) (segmentation: or
             `ignore_index`).
-        input_shape: (C, H, W) of one sample as the model receives it.
-        name: dataset name in the registry.
+        input_shape: shape of one ``x`` as the model receives it ((C, H, W), (L,), (F,));
+            ``None``: inferred from the first training item.
+        name: dataset name (the registry name or import string; ``load_dataset`` fills it in
+            when empty).
         class_names: name of class i at position i, or ``None`` when unknown.
         info: how the split was made, for MLflow params (plain str/int/float values):
             ``train_size``, ``val_size``, ``test_size``, ``val_split`` (readable), ``val_fraction``
             (the value used), and with a long tail ``imbalance_ratio`` and ``class_counts``
             (comma-separated per-class training counts before the validation carve, class 0
-            first).
+            first). Sizes are filled in when missing.
         task: ``"classification"`` (the default: one label per sample, items ``(x, y int)``) or
-            ``"segmentation"`` (one label per pixel, items ``(x float32 (3, S, S), y int64
-            (S, S))``, see :mod:`raysearch.data.segmentation`).
+            ``"segmentation"`` (one label per pixel, items ``(x float32 (C, H, W), y int64
+            (H, W))``; its primary metric is mIoU, see :mod:`raysearch.data.segmentation`).
         ignore_index: target value that marks pixels to leave out of the loss and the metrics
             (``255`` for the segmentation datasets: VOC object boundaries, void and padding), or
             ``None`` when every target counts (classification).
+        model_kwargs: keyword arguments the data offers to the model factory, passed when the
+            factory takes them (a text dataset's ``vocabulary``); empty by default.
 
     Raises:
         ValueError: if `task` is neither ``"classification"`` nor ``"segmentation"``.
@@ -81,16 +93,115 @@ class DatasetSplits:
     val: Dataset
     test: Dataset
     num_classes: int
-    input_shape: tuple[int, int, int]
-    name: str
+    input_shape: tuple[int, ...] | None = None
+    name: str = ""
     class_names: list[str] | None = None
     info: dict[str, Any] = field(default_factory=dict)
     task: str = "classification"
     ignore_index: int | None = None
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise ValueError(f"`task` must be one of {', '.join(TASKS)}, got {self.task!r}")
+
+    @property
+    def primary_metric(self) -> str:
+        """The accuracy axis of the front and the rule: ``miou`` (segmentation) or ``accuracy``.
+
+        Logged as ``val_<name>`` and ``test_<name>``.
+        """
+        return "miou" if self.task == "segmentation" else "accuracy"
+
+
+def _labels_of(dataset: Any) -> Any:
+    """All labels of a split when they are at hand without reading its inputs, else None."""
+    tensors = getattr(dataset, "tensors", None)
+    if isinstance(tensors, tuple) and len(tensors) >= 2:
+        return tensors[1]
+    for attr in ("labels", "targets"):
+        value = getattr(dataset, attr, None)
+        if value is not None and not callable(value):
+            return value
+    return None
+
+
+def check_splits(splits: Any, label: str, *, items: bool = True) -> DatasetSplits:
+    """Check what a dataset factory returned against the contract; fill in what is inferred.
+
+    Fills `name` (with `label`), `input_shape` (the first training item's shape) and the
+    ``*_size`` entries of `info` when missing.
+
+    Args:
+        splits: the factory's return value.
+        label: the dataset's name or import string, for messages.
+        items: check labels and items; False checks only the type, `num_classes` and the
+            splits' sizes (for loaders that check their own files).
+
+    Returns:
+        DatasetSplits: `splits`, completed.
+
+    Raises:
+        ValueError: one line naming the dataset and what is wrong: not a
+            :class:`DatasetSplits`; `num_classes` not an int >= 2; a split that is not a sized
+            map-style dataset or is empty; an item that is not an ``(x, y)`` pair; labels
+            outside [0, num_classes) (every label where the split holds them as a tensor or
+            a ``labels``/``targets`` attribute, else the first items).
+    """
+    if not isinstance(splits, DatasetSplits):
+        raise ValueError(f"dataset {label!r} returned {type(splits).__name__}, expected "
+                         "raysearch.DatasetSplits(train=..., val=..., test=..., num_classes=...)")
+    k = splits.num_classes
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 2:
+        raise ValueError(f"dataset {label!r} returned num_classes={k!r}, expected an int >= 2")
+    splits.num_classes = int(k)
+    for part in ("train", "val", "test"):
+        dataset = getattr(splits, part)
+        if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+            raise ValueError(f"dataset {label!r}: its {part} split is a "
+                             f"{type(dataset).__name__}, expected a map-style torch Dataset "
+                             "(with __len__ and __getitem__), e.g. a TensorDataset")
+        if len(dataset) == 0:
+            raise ValueError(f"dataset {label!r}: its {part} split is empty")
+        splits.info.setdefault(f"{part}_size", len(dataset))
+        if items:
+            _check_labels(dataset, splits, label, part)
+    if not splits.name:
+        splits.name = label
+    if splits.input_shape is None:
+        first = splits.train[0][0]
+        splits.input_shape = tuple(int(d) for d in getattr(first, "shape", ()))
+    else:
+        splits.input_shape = tuple(int(d) for d in splits.input_shape)
+    return splits
+
+
+def _check_labels(dataset: Any, splits: DatasetSplits, label: str, part: str) -> None:
+    k, ignore = splits.num_classes, splits.ignore_index
+    labels = _labels_of(dataset)
+    if labels is None:  # a file-backed split: look at its first items only
+        items = [dataset[i] for i in range(min(len(dataset), 4))]
+        for item in items:
+            if not isinstance(item, (tuple, list)) or len(item) < 2:
+                raise ValueError(f"dataset {label!r}: an item of its {part} split is a "
+                                 f"{type(item).__name__}, expected an (x, y) pair")
+        labels = [np.asarray(item[1]) for item in items]
+        values = np.concatenate([v.reshape(-1) for v in labels]) if labels else np.zeros(0)
+    else:
+        values = np.asarray(labels.cpu() if hasattr(labels, "cpu") else labels).reshape(-1)
+    if values.size == 0:
+        return
+    if not np.issubdtype(values.dtype, np.integer):
+        if not np.all(np.mod(values, 1) == 0):
+            raise ValueError(f"dataset {label!r}: its {part} labels are {values.dtype} values "
+                             f"such as {values[np.mod(values, 1) != 0][0]!r}, expected class "
+                             "indices (ints)")
+    bad = (values < 0) | (values >= k)
+    if ignore is not None:
+        bad &= values != ignore
+    if bad.any():
+        raise ValueError(f"dataset {label!r}: its {part} split has label "
+                         f"{int(values[bad][0])}, outside [0, {k}) (num_classes={k})")
 
 
 class DatasetError(ValueError):

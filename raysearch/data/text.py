@@ -129,6 +129,11 @@ class TextDatasetSplits(DatasetSplits):
 
     vocabulary: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # what a text model's factory takes from the data (gpool_cnn's `vocabulary`)
+        self.model_kwargs.setdefault("vocabulary", self.vocabulary)
+
 
 def strip_header(text: str) -> str:
     r"""Drop a message's header as the MbLS loader does: from its first blank line on.

@@ -17,11 +17,16 @@ the regulariser, not in any mean or batch statistic (bins, kernels, class means)
 the loss on the (M, K) rows of the other locations; a batch with every target ignored gives 0
 (gradient 0). ``ignore_index`` is not a hyperparameter: :func:`loss_parameters` leaves it out.
 
-The registry is the plain dict ``_LOSSES`` below; a new loss is a class in its family file plus
-one line here.
+The built-ins are the plain dict ``_LOSSES`` below (a new loss is a class in its family file plus
+one line here); with the installed plug-ins (entry-point group ``raysearch.losses``) they form
+:data:`LOSS_REGISTRY` (:mod:`raysearch.registry`). Every function here also takes an import
+string ``package.module:attr`` or the class itself: a user's loss is an ``nn.Module`` class (or a
+factory returning one) whose keyword arguments are its hyperparameters, called as
+``loss_fn(logits, targets)``.
 """
 
 import inspect
+from typing import Any
 
 from torch import nn
 
@@ -39,6 +44,7 @@ from raysearch.losses.soft_calibration import (
     SoftAvUC,
     SoftBinnedECE,
 )
+from raysearch.registry import Registry, RegistryError, accepted_keywords, object_label
 
 _LOSSES: dict[str, type[nn.Module]] = {
     "ce": CrossEntropy,
@@ -59,6 +65,9 @@ _LOSSES: dict[str, type[nn.Module]] = {
     "mdca": MDCA,
 }
 
+#: Built-in losses plus the installed plug-ins (entry-point group ``raysearch.losses``).
+LOSS_REGISTRY = Registry("losses", _LOSSES)
+
 __all__ = [
     "ACLS",
     "MDCA",
@@ -74,6 +83,7 @@ __all__ = [
     "FocalLoss",
     "FocalLossSD",
     "LabelSmoothing",
+    "LOSS_REGISTRY",
     "MarginLabelSmoothing",
     "available_losses",
     "build_loss",
@@ -82,44 +92,56 @@ __all__ = [
 
 
 def available_losses() -> list[str]:
-    """Return the registered loss names, sorted.
+    """Return the registered loss names (built-ins and plug-ins), sorted.
 
     Returns:
         Sorted list of the names accepted by :func:`build_loss`.
     """
-    return sorted(_LOSSES)
+    return LOSS_REGISTRY.names()
 
 
-def _loss_class(name: str) -> type[nn.Module]:
-    """Look a loss class up by name.
+def _loss_class(name: Any) -> Any:
+    """The loss class (or factory) of a name, an import string or the object itself.
 
     Raises:
-        ValueError: if ``name`` is not registered; the message lists the registered names.
+        ValueError: if ``name`` is not registered and not an importable import string; the
+            message gives the closest names and lists the registered ones.
     """
-    if not isinstance(name, str) or name not in _LOSSES:
-        raise ValueError(f"Unknown loss {name!r}; available: {', '.join(available_losses())}")
-    return _LOSSES[name]
+    try:
+        return LOSS_REGISTRY.get(name)
+    except RegistryError as exc:
+        raise ValueError(str(exc)) from None
 
 
-def loss_parameters(name: str) -> dict[str, object]:
+def loss_label(name: Any) -> str:
+    """The name a loss is recorded under: as given, or a class's import string."""
+    return name if isinstance(name, str) else object_label(name)
+
+
+def loss_parameters(name: Any) -> dict[str, object]:
     """Return the keyword parameters of a loss and their defaults.
 
-    Read from the signature of the loss class's ``__init__``; every registered loss gives each
-    parameter a default. The search-space validator uses it to reject unknown parameters. The
-    keyword-only ``ignore_index`` that every loss takes is left out: it describes the data, not a
-    hyperparameter to search (pass it to :func:`build_loss` on its own).
+    Read from the signature of the loss class's ``__init__`` (or of a factory function); a
+    parameter without a default is listed with ``inspect.Parameter.empty``. The search-space
+    validator uses it to reject unknown parameters. The keyword-only ``ignore_index`` that every
+    built-in loss takes is left out: it describes the data, not a hyperparameter to search (pass
+    it to :func:`build_loss` on its own).
 
     Args:
-        name: a registered loss name, e.g. ``"acls"``.
+        name: a registered loss name (``"acls"``), an import string or a loss class/factory.
 
     Returns:
         ``{parameter: default}`` in signature order, e.g. ``{"epsilon": 0.05}`` for ``"ls"`` and
         ``{}`` for ``"ce"``.
 
     Raises:
-        ValueError: if ``name`` is not a registered loss.
+        ValueError: if ``name`` is not a registered loss or importable.
     """
-    signature = inspect.signature(_loss_class(name).__init__)
+    target = _loss_class(name)
+    try:
+        signature = inspect.signature(target.__init__ if inspect.isclass(target) else target)
+    except (TypeError, ValueError):
+        return {}
     return {
         param.name: param.default
         for param in signature.parameters.values()
@@ -129,38 +151,64 @@ def loss_parameters(name: str) -> dict[str, object]:
 
 
 def build_loss(
-    name: str, *, ignore_index: int = DEFAULT_IGNORE_INDEX, **params: object
+    name: Any, *, ignore_index: int | None = DEFAULT_IGNORE_INDEX, **params: object
 ) -> nn.Module:
-    """Build a registered loss by name.
+    """Build a loss by name, import string or class.
 
     Args:
-        name: a registered loss name (see :func:`available_losses`).
+        name: a registered loss name (see :func:`available_losses`), an import string
+            ``package.module:attr`` naming an ``nn.Module`` class or a factory returning one,
+            or that class/factory itself.
         ignore_index: target value of the locations that count nowhere (no cross-entropy, no
             regulariser, no mean or batch statistic); e.g. ``255`` for the object boundaries of
             PASCAL VOC segmentation. Set as ``loss_fn.ignore_index``; not one of
-            :func:`loss_parameters`. Defaults to ``-100`` (``torch.nn.CrossEntropyLoss``'s).
+            :func:`loss_parameters`. Passed to a user's loss only if it takes it; ``None`` (or
+            the default ``-100``, ``torch.nn.CrossEntropyLoss``'s) passes nothing to such a loss.
         **params: keyword parameters of that loss (see :func:`loss_parameters`); omitted ones
             take their defaults.
 
     Returns:
         The loss module; ``loss_fn(logits, targets)`` returns the scalar total objective, with
         logits (N, K) or (N, K, d1, ..., dm) float and targets (N,) or (N, d1, ..., dm) int64,
-        each in [0, K) or ``ignore_index``. It equals the loss on the (M, K) rows of the
-        locations whose target is not ``ignore_index``, and is 0 (gradient 0) when M = 0.
+        each in [0, K) or ``ignore_index``. For the built-ins it equals the loss on the (M, K)
+        rows of the locations whose target is not ``ignore_index``, and is 0 (gradient 0) when
+        M = 0.
 
     Raises:
-        ValueError: if ``name`` is unknown ("Unknown loss 'x'; available: acls, ce, ..."), if a
-            parameter is not accepted by that loss (the message names it and lists the accepted
-            ones), or if a parameter value is out of range (raised by the loss).
+        ValueError: if ``name`` is unknown ("Unknown loss 'x'; did you mean ...? available:
+            acls, ce, ..."), if a parameter is not accepted by that loss (the message names it
+            and lists the accepted ones), if a parameter value is out of range (raised by the
+            loss), if a user's loss raises while being built, returns something that is not
+            callable, or does not take the ``ignore_index`` the data needs.
         TypeError: if a parameter value has the wrong type, ``ignore_index`` included (raised by
-            the loss).
+            a built-in loss).
     """
     loss_class = _loss_class(name)
-    accepted = loss_parameters(name)
+    label = loss_label(name)
+    accepted = loss_parameters(loss_class)
+    _, var_kw = accepted_keywords(loss_class)
     unexpected = sorted(set(params) - set(accepted))
-    if unexpected:
+    if unexpected and not var_kw:
         raise ValueError(
-            f"loss {name!r} got unexpected parameter(s) {', '.join(unexpected)}; "
+            f"loss {label!r} got unexpected parameter(s) {', '.join(unexpected)}; "
             f"accepted: {', '.join(accepted) or '(none)'}"
         )
-    return loss_class(**params, ignore_index=ignore_index)
+    takes_ignore = "ignore_index" in accepted_keywords(loss_class)[0]
+    if takes_ignore:  # (a built-in checks the value itself: None is a TypeError there)
+        return loss_class(**params, ignore_index=ignore_index)
+    if not takes_ignore and ignore_index not in (None, DEFAULT_IGNORE_INDEX):
+        raise ValueError(f"loss {label!r} takes no `ignore_index`, but the data marks targets "
+                         f"to ignore with {ignore_index}: add an `ignore_index` keyword to it")
+    if loss_class in _LOSSES.values():
+        return loss_class(**params)
+    try:
+        loss = loss_class(**params)
+    except (ValueError, TypeError):
+        raise
+    except Exception as exc:  # noqa: BLE001 (a user's loss: one line naming it)
+        raise ValueError(f"loss {label!r} raised {type(exc).__name__} while being built: "
+                         f"{' '.join(str(exc).split())}") from None
+    if not callable(loss):
+        raise ValueError(f"loss {label!r} returned {type(loss).__name__}, expected an "
+                         "nn.Module called as loss(logits, targets)")
+    return loss

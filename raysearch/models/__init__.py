@@ -28,9 +28,12 @@ and take ImageNet backbone weights from a local file (:func:`load_backbone_weigh
 - ``lraspp_mobilenet_v3_large``: LR-ASPP, Howard et al., ICCV 2019, arXiv:1905.02244.
 
 The classification networks other than ``cnn`` and ``mlp`` use global average pooling and accept any
-H, W >= 8. The registry is the plain dict ``_MODELS`` below: to add a model, write an
-``nn.Module`` whose constructor takes keyword-only ``num_classes`` and ``input_shape`` in its
-family file and add one line here.
+H, W >= 8. The built-ins are the plain dicts ``_MODELS`` (and its segmentation and text
+siblings) below: to add a model, write an ``nn.Module`` whose constructor takes keyword-only
+``num_classes`` and ``input_shape`` in its family file and add one line here. With the installed
+plug-ins (entry-point group ``raysearch.models``) they form :data:`MODEL_REGISTRY`; any factory
+``f(num_classes, input_shape, **model_params) -> nn.Module`` can also be named by its import
+string ``package.module:attr`` (:mod:`raysearch.registry`).
 
 Example:
     >>> from raysearch.models import build_model
@@ -40,9 +43,10 @@ Example:
 """
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from torch import nn
+from torch import Tensor, nn
 
 from raysearch.models.densenet import DenseNet40, DenseNetBC100
 from raysearch.models.resnet import ResNet18, ResNet34, ResNet50, ResNet101
@@ -61,6 +65,7 @@ from raysearch.models.small import MLP, SmallCNN
 from raysearch.models.text import GlobalPoolingCNN, build_gpool_cnn, load_glove
 from raysearch.models.torchvision_models import TORCHVISION_PREFIX, torchvision_factory
 from raysearch.models.wide_resnet import WRN28_10
+from raysearch.registry import Registry, RegistryError, check_keywords, object_label
 
 __all__ = [
     "BackboneLoadSummary",
@@ -84,8 +89,12 @@ __all__ = [
     "SmallCNN",
     "WRN28_10",
     "GlobalPoolingCNN",
+    "MODEL_REGISTRY",
     "available_models",
     "build_model",
+    "model_factory",
+    "model_label",
+    "output_logits",
     "load_glove",
     "is_segmentation_model",
     "load_backbone_weights",
@@ -120,22 +129,55 @@ _TASKS = ("classification", "segmentation", "text")
 _TEXT_MODELS: dict[str, Callable[..., nn.Module]] = {"gpool_cnn": build_gpool_cnn}
 
 
+def _segmentation_factory(cls: type[nn.Module]) -> Callable[..., nn.Module]:
+    """``cls`` as a factory that also takes ``pretrained_backbone`` (a local state-dict file)."""
+
+    def build(*, num_classes: int, input_shape: Sequence[int],
+              pretrained_backbone: str | os.PathLike[str] | None = None) -> nn.Module:
+        model = cls(num_classes=num_classes, input_shape=input_shape)
+        if pretrained_backbone is not None:
+            load_backbone_weights(model, pretrained_backbone)
+        return model
+
+    build.__name__ = build.__qualname__ = cls.__name__
+    build.__doc__ = cls.__doc__
+    build.task = "segmentation"  # type: ignore[attr-defined]
+    return build
+
+
+def _torchvision(name: str) -> Callable[..., nn.Module]:
+    return torchvision_factory(name[len(TORCHVISION_PREFIX):])
+
+
+#: Built-in models plus the installed plug-ins (entry-point group ``raysearch.models``);
+#: ``torchvision:<name>`` is resolved by its prefix.
+MODEL_REGISTRY = Registry(
+    "models",
+    {**_MODELS, **{k: _segmentation_factory(v) for k, v in _SEGMENTATION_MODELS.items()},
+     **_TEXT_MODELS},
+    prefixes={TORCHVISION_PREFIX: _torchvision},
+    hint=f"{TORCHVISION_PREFIX}<name> for any torchvision classification model",
+)
+
+
 def available_models(task: str | None = None) -> list[str]:
     """Names accepted by :func:`build_model`, sorted (``torchvision:<name>`` not listed).
 
     Args:
-        task (str | None, optional): ``"classification"`` (image classifiers),
+        task (str | None, optional): ``"classification"`` (the built-in image classifiers),
             ``"segmentation"`` or ``"text"`` (token-sequence classifiers: ``gpool_cnn``) for the
-            models of that task only. Defaults to ``None`` (all models).
+            built-in models of that task only. Defaults to ``None`` (every registered model:
+            built-ins and installed plug-ins).
 
     Returns:
         list[str]: the registered names, sorted.
 
     Raises:
-        ValueError: if `task` is not ``None``, ``"classification"`` or ``"segmentation"``.
+        ValueError: if `task` is not ``None``, ``"classification"``, ``"segmentation"`` or
+            ``"text"``.
     """
     if task is None:
-        return sorted([*_MODELS, *_SEGMENTATION_MODELS, *_TEXT_MODELS])
+        return MODEL_REGISTRY.names()
     if task not in _TASKS:
         raise ValueError(f"`task` must be None or one of {', '.join(_TASKS)}, got {task!r}")
     return sorted({"classification": _MODELS, "segmentation": _SEGMENTATION_MODELS,
@@ -143,7 +185,7 @@ def available_models(task: str | None = None) -> list[str]:
 
 
 def is_segmentation_model(name: str) -> bool:
-    """Whether `name` is a registered segmentation model (its output is (N, K, H, W) logits).
+    """Whether `name` is a built-in segmentation model (its output is (N, K, H, W) logits).
 
     Args:
         name (str): a model name as given to :func:`build_model`.
@@ -155,81 +197,137 @@ def is_segmentation_model(name: str) -> bool:
     return isinstance(name, str) and name in _SEGMENTATION_MODELS
 
 
+def model_label(name: Any) -> str:
+    """The name a model is recorded under: as given, or a factory's import string."""
+    return name if isinstance(name, str) else object_label(name)
+
+
+def model_factory(name: Any) -> Callable[..., nn.Module]:
+    """The factory of a model name, import string, ``torchvision:<name>`` or callable.
+
+    Raises:
+        ValueError: for an unknown name (with the closest ones) or an import string that does
+            not import.
+    """
+    try:
+        return MODEL_REGISTRY.get(name)
+    except RegistryError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def build_model(
-    name: str,
+    name: Any,
     *,
     num_classes: int,
     input_shape: Sequence[int],
-    pretrained_backbone: str | os.PathLike[str] | None = None,
-    vocabulary: Sequence[str] | None = None,
-    embeddings_path: str | os.PathLike[str] | None = None,
+    **model_params: Any,
 ) -> nn.Module:
-    """Build a freshly initialised model by name.
+    """Build a freshly initialised model by name, import string or factory.
 
     Initialisation uses each model's initialisers (PyTorch's defaults for ``cnn`` and ``mlp``,
     He normal convolutions for the others, torchvision's for the segmentation models; see each
     class) and the global torch RNG: seed it (``torch.manual_seed``) first for a reproducible
     model. Nothing is downloaded.
 
+    The factory contract (built-ins and a user's code alike) is
+    ``factory(num_classes=K, input_shape=shape, **model_params) -> nn.Module``; the model's
+    output may be the logits, a tuple/list whose first item is the logits, or a mapping (or an
+    object) with ``logits`` (:func:`output_logits`).
+
     Args:
-        name (str): model name, one of :func:`available_models`, or ``"torchvision:<name>"``
-            for a torchvision classification model (e.g. ``"torchvision:resnet18"``).
+        name (str | callable): model name, one of :func:`available_models`;
+            ``"torchvision:<name>"`` for a torchvision classification model (e.g.
+            ``"torchvision:resnet18"``); an import string ``package.module:attr``; or the
+            factory itself.
         num_classes (int): number of classes K (>= 2).
-        input_shape (tuple[int, int, int]): (C, H, W) of one sample.
-        pretrained_backbone (str | os.PathLike | None, optional): for a segmentation model, a
-            local ImageNet checkpoint of its backbone, loaded with
-            :func:`load_backbone_weights` after initialisation. Defaults to ``None`` (none).
-        vocabulary (Sequence[str] | None, optional): a text model's vocabulary (token i + 1 is
-            ``vocabulary[i]``; the text datasets' ``splits.vocabulary``). Ignored by other
-            models. Defaults to ``None``.
-        embeddings_path (str | os.PathLike | None, optional): a GloVe-format text file whose
-            vectors initialise (frozen) a text model's embedding (:func:`load_glove`); None:
-            learned embeddings. Defaults to ``None``.
+        input_shape (tuple[int, ...]): shape of one sample: (C, H, W) for images, (L,) for
+            token sequences, (F,) for tabular features.
+        **model_params: the factory's own keyword arguments, e.g. ``hidden=64`` for a user's
+            model, ``pretrained_backbone=PATH`` for a built-in segmentation model (a local
+            ImageNet checkpoint of its backbone, :func:`load_backbone_weights`),
+            ``vocabulary=...`` and ``embeddings_path=PATH`` (a GloVe file, frozen) for
+            ``gpool_cnn``.
 
     Returns:
-        nn.Module: a classification model maps (N, C, H, W) float inputs to (N, K) float
+        nn.Module: a classification model maps (N, *input_shape) inputs to (N, K) float
         logits; a segmentation model (:func:`is_segmentation_model`) maps (N, 3, H, W) to
         (N, K, H, W) float logits.
 
     Raises:
-        TypeError: if `name` is not a str or `num_classes` is not an int.
-        ValueError: if `name` is not registered and not a torchvision classification model,
-            on invalid `num_classes` / `input_shape` (H, W < 8 for the convolutional
-            networks other than ``cnn``; C != 3 for torchvision and segmentation models;
-            H, W < 32 for segmentation models), if `pretrained_backbone` is given for a
-            classification model, or (from :func:`load_backbone_weights`) if the file does
-            not fit the backbone.
+        TypeError: if `num_classes` is not an int (built-ins).
+        ValueError: if `name` is unknown (with the closest names) or does not import; if the
+            factory takes no keyword of `model_params` (the message lists the ones it takes);
+            on invalid `num_classes` / `input_shape` (H, W < 8 for the convolutional networks
+            other than ``cnn``; C != 3 for torchvision and segmentation models; H, W < 32 for
+            segmentation models); if a user's factory raises or returns something that is not an
+            ``nn.Module`` (one line naming it); or (from :func:`load_backbone_weights`) if the
+            backbone file does not fit.
         FileNotFoundError: if `pretrained_backbone` is not a file.
     """
-    if not isinstance(name, str):
-        raise TypeError(f"`name` must be a str, got {type(name).__name__}")
-    factory: Callable[..., nn.Module]
-    if name.startswith(TORCHVISION_PREFIX):
-        factory = torchvision_factory(name[len(TORCHVISION_PREFIX) :])
-    elif name in _MODELS:
-        factory = _MODELS[name]
-    elif name in _SEGMENTATION_MODELS:
-        factory = _SEGMENTATION_MODELS[name]
-    elif name in _TEXT_MODELS:
-        return _TEXT_MODELS[name](num_classes=num_classes, input_shape=input_shape,
-                                  vocabulary=vocabulary, embeddings_path=embeddings_path)
-    else:
-        raise ValueError(
-            f"Unknown model {name!r}; available: "
-            f"{', '.join(available_models(task='classification'))}, "
-            f"or {TORCHVISION_PREFIX}<name> for any torchvision classification model; "
-            f"segmentation: {', '.join(available_models(task='segmentation'))}; "
-            f"text: {', '.join(available_models(task='text'))}"
-        )
-    if embeddings_path is not None:
-        raise ValueError(f"--embeddings applies to text models "
-                         f"({', '.join(available_models(task='text'))}), not {name!r}")
-    if pretrained_backbone is not None and not is_segmentation_model(name):
-        raise ValueError(
-            "--pretrained-backbone applies to segmentation models "
-            f"({', '.join(available_models(task='segmentation'))}), not {name!r}"
-        )
-    model = factory(num_classes=num_classes, input_shape=input_shape)
-    if pretrained_backbone is not None:
-        load_backbone_weights(model, pretrained_backbone)
+    if not isinstance(name, str) and not callable(name):
+        raise TypeError(f"`name` must be a str or a callable, got {type(name).__name__}")
+    factory = model_factory(name)
+    label = model_label(name)
+    check_keywords(factory, model_params, what=f"model {label!r}",
+                   reserved=("num_classes", "input_shape"))
+    builtin = factory in _BUILTIN_FACTORIES or (
+        isinstance(name, str) and name.startswith(TORCHVISION_PREFIX))
+    if builtin:
+        return factory(num_classes=num_classes, input_shape=tuple(input_shape), **model_params)
+    try:
+        model = factory(num_classes=num_classes, input_shape=tuple(input_shape), **model_params)
+    except Exception as exc:  # noqa: BLE001 (a user's factory: one line naming it)
+        raise ValueError(f"model {label!r} raised {type(exc).__name__} while being built "
+                         f"(num_classes={num_classes}, input_shape={tuple(input_shape)}): "
+                         f"{' '.join(str(exc).split())}") from None
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model {label!r} returned {type(model).__name__}, expected a "
+                         "torch.nn.Module")
     return model
+
+
+_BUILTIN_FACTORIES = frozenset(
+    MODEL_REGISTRY._builtins[name] for name in (*_MODELS, *_SEGMENTATION_MODELS, *_TEXT_MODELS))
+
+
+def output_logits(output: Any, *, model: str = "the model") -> Any:
+    """The logits in a model's output: a tensor, a tuple/list's first item, or ``logits``.
+
+    Accepts what common model code returns: the logits tensor itself; a tuple or list whose
+    first item is the logits (``(logits, features)``); a mapping with a ``"logits"`` key
+    (``{"logits": ..., "embedding": ...}``); or an object with a ``logits`` attribute (a
+    Hugging Face ``ModelOutput``).
+
+    Args:
+        output: what ``model(x)`` returned.
+        model: the model's name, for the message.
+
+    Returns:
+        Tensor: the logits, (N, K) or (N, K, *).
+
+    Raises:
+        ValueError: one line naming the model and what it returned when no logits tensor can be
+            found in it.
+    """
+    if isinstance(output, Tensor):
+        return output
+    found = None
+    if isinstance(output, Mapping):
+        found = output.get("logits")
+        if not isinstance(found, Tensor):
+            raise ValueError(f"{model} returned a {type(output).__name__} with keys "
+                             f"{sorted(map(str, output))[:8]}, expected a 'logits' tensor in it "
+                             "(or a tensor, or a tuple whose first item is the logits)")
+        return found
+    if isinstance(output, (tuple, list)):
+        found = output[0] if output else None
+        if not isinstance(found, Tensor):
+            first = type(found).__name__ if output else "nothing"
+            raise ValueError(f"{model} returned a {type(output).__name__} whose first item is "
+                             f"{first}, expected the logits tensor")
+        return found
+    found = getattr(output, "logits", None)
+    if isinstance(found, Tensor):
+        return found
+    raise ValueError(f"{model} returned {type(output).__name__}, expected the logits: a tensor, "
+                     "a tuple whose first item is the logits, or a mapping with 'logits'")

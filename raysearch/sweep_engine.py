@@ -10,7 +10,6 @@ config.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 import logging
@@ -19,7 +18,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,326 +31,30 @@ from ray.tune.schedulers import ASHAScheduler
 from ray.tune.search.optuna import OptunaSearch
 
 from raysearch import tracking, ui
-from raysearch.config import RunConfig
-from raysearch.data import available_datasets
-from raysearch.metrics import ESTIMATOR_KEYS
+from raysearch.config import (
+    OBJECTIVES,
+    RAY_JOB_ENV,
+    SAMPLERS,
+    SCHEDULERS,
+    SweepSettings,
+    _absolute,
+)
 from raysearch.searchers import RepeatedSearcher
 from raysearch.spaces import SearchSpace, load_space
 from raysearch.storage import check_storage, resolve_storage
 from raysearch.trainable import COMPLETED, DIVERGED, run_trial, trial_env, trial_resources
 
+__all__ = ["OBJECTIVES", "SAMPLERS", "SCHEDULERS", "CompletedOnlyOptunaSearch", "SweepResult",
+           "SweepSettings", "init_ray", "make_sampler", "prepare_data", "resume_sweep",
+           "run_sweep"]
+
 logger = logging.getLogger(__name__)
 
-#: Datasets `--download` can fetch (the others are only read from --data-dir).
-DOWNLOADABLE_DATASETS = ("cifar10", "cifar100", "svhn", "mnist", "fashion_mnist",
-                         "tiny_imagenet")
-#: --objective -> (metric(s), mode(s)) given to the searcher.
-OBJECTIVES: dict[str, tuple[Any, Any]] = {
-    "pareto": (["val_accuracy", "val_ece"], ["max", "min"]),
-    "ece": ("val_ece", "min"),
-    "accuracy": ("val_accuracy", "max"),
-    "nll": ("val_nll", "min"),
-}
-SAMPLERS = ("tpe", "nsga2", "random")
-#: --ece-metric: the calibration error of the selection rule, the Pareto front and the
-#: searcher's ECE objective (logged by every trial as ``val_<name>`` / ``test_<name>``).
-ECE_METRICS = ("ece", "aece", "cece", *ESTIMATOR_KEYS)
 #: Checkpoints Tune keeps per trial. Two, not one: Tune deletes a trial's older checkpoint when
 #: it registers a newer one, while its experiment snapshot (what ``--resume`` reads) is written
 #: a moment later; with one kept, a driver killed in between leaves a snapshot pointing at a
 #: deleted checkpoint and the trial cannot resume ("does not exist on storage anymore").
 _KEEP_CHECKPOINTS = 2
-SCHEDULERS = ("asha",)
-
-
-@dataclass
-class SweepSettings:
-    """Everything a sweep needs besides its search space.
-
-    Attributes:
-        num_samples: number of sampled configurations (>= 1): trials, or with `repeats` R,
-            configurations of R trials each.
-        repeats: seeds per configuration (>= 1). With R > 1 every sampled configuration is
-            trained R times, with seeds ``seed + k`` (k = 0..R-1) on the split of ``seed``
-            (:class:`~raysearch.searchers.RepeatedSearcher`); the searcher is told the mean over
-            the seeds, MLflow gets a configuration run (mean and SEM of every metric) with the
-            seed runs nested under it, and the front and the rule use the means.
-        selection: the rule applied to the configurations of a repeated sweep: ``mean``
-            (default: lowest mean ECE within the tolerance of the best mean accuracy) or
-            ``robust`` (lowest mean + 1 SEM of ECE; needs `repeats` >= 2). See
-            :mod:`raysearch.repeats`.
-        max_concurrent: trials running at once (>= 1).
-        epochs: overrides the space's ``epochs`` when set.
-        dataset: dataset name (default ``digits``).
-        data_dir: folder of on-disk datasets.
-        seed: seeds the sampler and every trial's data split and initialisation.
-        name: sweep name (default ``<space>-<YYYYmmdd-HHMMSS>``).
-        tracking_uri: MLflow tracking URI (default: ``$MLFLOW_TRACKING_URI`` or
-            ``sqlite:///<cwd>/mlruns.db``).
-        experiment: MLflow experiment name.
-        objective: ``pareto`` (default), ``ece``, ``accuracy`` or ``nll``.
-        ece_metric: the calibration error the objective, the Pareto front and the selection
-            rule use, one of :data:`ECE_METRICS` (default ``ece``: equal-width l1 ECE; e.g.
-            ``debiased_ce`` or ``ece_l2em``, see :func:`raysearch.metrics.estimator_summary`).
-        sampler: ``tpe`` (default), ``nsga2`` or ``random``.
-        scheduler: None or ``asha`` (early stopping on its own single metric,
-            `scheduler_metric`).
-        scheduler_metric: metric ASHA compares (default ``val_nll``, lower is better).
-        tolerance: accuracy tolerance of the selection rule (absolute fraction, default 0.01).
-        address: address of an existing Ray cluster (None: start a local Ray).
-        storage_path: where Tune keeps trial checkpoints: a local folder (an NFS mount on a
-            cluster) or a URI such as ``s3://bucket/prefix`` or ``gs://bucket/prefix``, read
-            and written through pyarrow's filesystems (default ``~/ray_results``).
-        n_bins: bins of the reported calibration errors.
-        cpus_per_trial: CPUs reserved per trial.
-        posthoc: post-hoc calibrators fitted on each trial's validation logits and measured on
-            its test logits (``test_ece_ts``, ...); empty for none.
-        checkpoint_every: a trial checkpoints every n-th epoch (0: the last epoch only); None
-            (default): once a minute of training (``trainable.CHECKPOINT_INTERVAL_S``), the
-            cadence a retry or ``--resume`` needs. The last epoch always carries a checkpoint.
-        model: overrides the space's ``model`` when set (``resnet18``, ``torchvision:<name>``).
-        gpus_per_trial: GPUs reserved per trial; fractions share a GPU (0.25: four trials on
-            one GPU). 0 trains on the CPU.
-        precision: ``auto`` (bf16 autocast on a GPU, fp32 on the CPU), ``bf16`` or ``fp32``.
-        download: let the driver download a missing dataset into `data_dir` before any trial.
-        val_fraction: overrides the dataset's validation share.
-        imbalance_ratio: long-tailed training set (rho >= 1), see RunConfig.
-        shift_eval: evaluate every complete trial on the test set corrupted by the 15
-            ImageNet-C corruptions at severities 1-5 (a subsample of `shift_samples` images,
-            corrupted once by the driver), before and after the first `posthoc` calibrator.
-        shift_samples: test images in the shift evaluation (stratified subsample).
-        workers_per_trial: Ray Train DDP workers per trial (1: no DDP, the trial trains in its
-            own process).
-        gpus_per_worker: GPUs per DDP worker.
-        cpus_per_worker: CPUs per DDP worker.
-        max_failures: how often Tune retries a trial that raised or whose node died, from its
-            last checkpoint, on any node (``FailureConfig``); None (default): 2 on a cluster
-            (`address` set, or a Ray Job), else 0. A diverged trial is never retried.
-        fault_epoch: a fault drill for testing a cluster's retry path: the first attempt of
-            every trial raises after reporting this epoch (see ``run_trial``); None: never.
-        crop_size: training crop / evaluation canvas side of a segmentation dataset (``voc``,
-            ``segfolder``); None: the space's or RunConfig's 512.
-        pretrained_backbone: a local torchvision state-dict file for a segmentation model's
-            backbone (``weights_only=True``); None: random initialisation.
-        pretrained: weights every trial's model starts from: a local state-dict file or a
-            torchvision weights name (``ResNet101_Weights.IMAGENET1K_V1``; with `download` the
-            driver fetches it into torchvision's cache first). Checked, and its sha256 logged
-            (``pretrained_sha256``), before Ray starts.
-        freeze_backbone_epochs: epochs during which only the classification head trains.
-        head_lr: learning rate of the classification head (None: the trial's ``lr``).
-        embeddings: a GloVe-format file for a text model's frozen embedding (``gpool_cnn``).
-    """
-
-    num_samples: int = 8
-    repeats: int = 1
-    selection: str = "mean"
-    max_concurrent: int = 2
-    epochs: int | None = None
-    dataset: str = "digits"
-    data_dir: str | None = None
-    seed: int = 0
-    name: str | None = None
-    tracking_uri: str | None = None
-    experiment: str = tracking.DEFAULT_EXPERIMENT
-    objective: str = "pareto"
-    ece_metric: str = "ece"
-    sampler: str = "tpe"
-    scheduler: str | None = None
-    scheduler_metric: str = "val_nll"
-    tolerance: float = 0.01
-    address: str | None = None
-    storage_path: str | None = None
-    n_bins: int = 15
-    cpus_per_trial: float = 1.0
-    posthoc: tuple[str, ...] = ("ts",)
-    checkpoint_every: int | None = None
-    model: str | None = None
-    gpus_per_trial: float = 0.0
-    precision: str = "auto"
-    download: bool = False
-    val_fraction: float | None = None
-    imbalance_ratio: float | None = None
-    shift_eval: bool = False
-    shift_samples: int = 1000
-    workers_per_trial: int = 1
-    gpus_per_worker: float = 0.0
-    cpus_per_worker: float = 1.0
-    max_failures: int | None = None
-    fault_epoch: int | None = None
-    crop_size: int | None = None
-    pretrained_backbone: str | None = None
-    pretrained: str | None = None
-    freeze_backbone_epochs: int | None = None
-    head_lr: float | None = None
-    embeddings: str | None = None
-    extra_overrides: dict[str, Any] = field(default_factory=dict)
-
-    def validate(self) -> None:
-        """Raises ValueError naming the first invalid setting."""
-        if self.num_samples < 1:
-            raise ValueError(f"`num_samples` must be >= 1, got {self.num_samples}")
-        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) \
-                or self.repeats < 1:
-            raise ValueError(f"`repeats` must be an int >= 1, got {self.repeats!r}")
-        if self.selection not in tracking.SELECTIONS:
-            raise ValueError(f"unknown selection '{self.selection}'; choose from "
-                             f"{', '.join(tracking.SELECTIONS)}")
-        if self.selection == "robust" and self.repeats < 2:
-            raise ValueError("--selection robust needs the standard error over seeds: use it "
-                             "with --repeats 2 or more")
-        if self.max_concurrent < 1:
-            raise ValueError(f"`max_concurrent` must be >= 1, got {self.max_concurrent}")
-        if self.epochs is not None and self.epochs < 1:
-            raise ValueError(f"`epochs` must be >= 1, got {self.epochs}")
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"unknown objective '{self.objective}'; "
-                             f"choose from {', '.join(OBJECTIVES)}")
-        if self.ece_metric not in ECE_METRICS:
-            raise ValueError(f"unknown ECE metric '{self.ece_metric}'; "
-                             f"choose from {', '.join(ECE_METRICS)}")
-        if self.sampler not in SAMPLERS:
-            raise ValueError(f"unknown sampler '{self.sampler}'; choose from {', '.join(SAMPLERS)}")
-        if self.scheduler not in (None, *SCHEDULERS):
-            raise ValueError(f"unknown scheduler '{self.scheduler}'; "
-                             f"choose from {', '.join(SCHEDULERS)}")
-        if self.dataset not in available_datasets():
-            raise ValueError(f"Unknown dataset '{self.dataset}'; "
-                             f"available: {', '.join(available_datasets())}")
-        if not 0 <= self.tolerance < 1:
-            raise ValueError(f"`tolerance` must be in [0, 1), got {self.tolerance}")
-        if self.n_bins < 1:
-            raise ValueError(f"`n_bins` must be >= 1, got {self.n_bins}")
-        if self.checkpoint_every is not None and self.checkpoint_every < 0:
-            raise ValueError(f"`checkpoint_every` must be >= 0, got {self.checkpoint_every}")
-        if not self.gpus_per_trial >= 0:
-            raise ValueError(f"`gpus_per_trial` must be >= 0, got {self.gpus_per_trial}")
-        if self.gpus_per_trial > 1 and not float(self.gpus_per_trial).is_integer():
-            raise ValueError("`gpus_per_trial` above 1 must be a whole number of GPUs, got "
-                             f"{self.gpus_per_trial}")
-        if not self.cpus_per_trial > 0:
-            raise ValueError(f"`cpus_per_trial` must be > 0, got {self.cpus_per_trial}")
-        from raysearch.training import PRECISIONS
-
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"unknown precision '{self.precision}'; "
-                             f"choose from {', '.join(PRECISIONS)}")
-        if isinstance(self.workers_per_trial, bool) or not isinstance(
-                self.workers_per_trial, int) or self.workers_per_trial < 1:
-            raise ValueError(f"`workers_per_trial` must be an int >= 1, "
-                             f"got {self.workers_per_trial!r}")
-        if not self.gpus_per_worker >= 0 or not self.cpus_per_worker > 0:
-            raise ValueError("`gpus_per_worker` must be >= 0 and `cpus_per_worker` > 0, got "
-                             f"{self.gpus_per_worker} and {self.cpus_per_worker}")
-        if self.workers_per_trial > 1 and self.gpus_per_trial:
-            raise ValueError("with --workers-per-trial > 1 the GPUs are per worker: use "
-                             "--gpus-per-worker instead of --gpus-per-trial")
-        if self.max_failures is not None and (isinstance(self.max_failures, bool) or not
-                                              isinstance(self.max_failures, int)
-                                              or self.max_failures < 0):
-            raise ValueError(f"`max_failures` must be an int >= 0, got {self.max_failures!r}")
-        if self.fault_epoch is not None and self.fault_epoch < 1:
-            raise ValueError(f"`fault_epoch` must be >= 1, got {self.fault_epoch}")
-        if self.shift_samples < 1:
-            raise ValueError(f"`shift_samples` must be >= 1, got {self.shift_samples}")
-        if self.shift_eval and not self.posthoc:
-            logger.info("shift evaluation without a post-hoc calibrator: uncalibrated only")
-        if self.posthoc:
-            from raysearch.calibration import available_calibrators
-
-            unknown = [m for m in self.posthoc if m not in available_calibrators()]
-        if self.posthoc and unknown:
-            raise ValueError(f"Unknown calibrator '{unknown[0]}' in `posthoc`; available: "
-                             f"{', '.join(available_calibrators())}")
-
-    @property
-    def accuracy_metric(self) -> str:
-        """The accuracy axis of the front and the rule: ``miou`` for a segmentation dataset."""
-        from raysearch.data import dataset_task
-
-        return "miou" if dataset_task(self.dataset) == "segmentation" else "accuracy"
-
-    @property
-    def accuracy_key(self) -> str:
-        """``val_<accuracy_metric>``: ``val_accuracy``, or ``val_miou`` for segmentation."""
-        return f"val_{self.accuracy_metric}"
-
-    def objective_metrics(self) -> tuple[Any, Any]:
-        """The searcher's metric(s) and mode(s).
-
-        :data:`OBJECTIVES` with the chosen ECE, and mIoU instead of accuracy for segmentation.
-        """
-        metric, mode = OBJECTIVES[self.objective]
-        swap = {"val_ece": self.ece_key, "val_accuracy": self.accuracy_key}
-        if isinstance(metric, list):
-            return [swap.get(m, m) for m in metric], mode
-        return swap.get(metric, metric), mode
-
-    @property
-    def trials(self) -> int:
-        """Tune trials of the sweep: `num_samples` x `repeats`."""
-        return self.num_samples * self.repeats
-
-    def selection_rule(self) -> str:
-        """The rule in words (the parent run's ``selection_rule`` param)."""
-        acc = self.accuracy_key
-        if self.repeats == 1:
-            return f"lowest {self.ece_key} within {self.tolerance} of the best {acc}"
-        if self.selection == "robust":
-            return (f"lowest mean + 1 SEM of {self.ece_key} over {self.repeats} seeds among "
-                    f"configurations within {self.tolerance} of the best mean {acc}")
-        return (f"lowest mean {self.ece_key} over {self.repeats} seeds within {self.tolerance} "
-                f"of the best mean {acc}")
-
-    @property
-    def ece_key(self) -> str:
-        """The validation metric of the selection rule, ``val_<ece_metric>``."""
-        return f"val_{self.ece_metric}"
-
-    def resolved_max_failures(self) -> int:
-        """`max_failures`, or its default: 2 on a cluster (`address` or a Ray Job), else 0."""
-        if self.max_failures is not None:
-            return self.max_failures
-        return 2 if (self.address and self.address != "local") or in_ray_job() else 0
-
-    def to_record(self) -> dict[str, Any]:
-        """The settings as JSON-ready data (the sweep's record, for ``--resume``)."""
-        out = dataclasses.asdict(self)
-        out["posthoc"] = list(self.posthoc)
-        return out
-
-    @classmethod
-    def from_record(cls, record: dict[str, Any]) -> SweepSettings:
-        """Settings written by :meth:`to_record` (unknown keys are ignored)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in record.items() if k in names}
-        values["posthoc"] = tuple(values.get("posthoc", ()))
-        return cls(**values)
-
-    def overrides(self) -> dict[str, Any]:
-        """RunConfig fields every trial of the sweep shares."""
-        out = {"dataset": self.dataset, "seed": self.seed, "ece_bins": self.n_bins,
-               "data_dir": _absolute(self.data_dir), **self.extra_overrides}
-        if self.epochs is not None:
-            out["epochs"] = self.epochs
-        if self.pretrained_backbone is not None:
-            out["pretrained_backbone"] = _absolute(self.pretrained_backbone)
-        if self.pretrained is not None:  # a file (made absolute for the trials) or a name
-            path = Path(self.pretrained).expanduser()
-            out["pretrained"] = str(path.resolve()) if path.is_file() else self.pretrained
-        if self.embeddings is not None:
-            out["embeddings"] = _absolute(self.embeddings)
-        for key in ("freeze_backbone_epochs", "head_lr"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        for key in ("model", "val_fraction", "imbalance_ratio", "crop_size"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        return out
-
-
-def _absolute(path: str | None) -> str | None:
-    """Trials on other nodes or in other working directories need an absolute data path."""
-    return None if path is None else str(Path(path).expanduser().resolve())
 
 
 @dataclass
@@ -362,8 +65,10 @@ class SweepResult:
         name: the sweep's name.
         parent_run_id: MLflow parent run id.
         tracking_uri: where it was tracked.
-        trials: one row per trial (params, final metrics, ``complete``, ``on_front``,
-            ``selected``).
+        trials: a pandas DataFrame, one row per trial (per configuration with ``repeats``):
+            ``trial`` (run name), ``run_id``, ``status``, ``complete``, the params (``method``,
+            the loss's, ``lr``, ``model.<kw>``, ``optimizer.<kw>``, ...), the final metrics
+            (``val_*``, ``test_*``), ``on_front`` and ``selected``.
         selected: the selected trial's row, or None when no trial finished.
         seconds: wall time of the sweep.
         interrupted: True when the sweep was stopped (Ctrl-C) before all its trials ended;
@@ -385,6 +90,13 @@ class SweepResult:
     mlflow_link: str = ""
     mlflow_hint: str = ""
 
+    @property
+    def front(self) -> pd.DataFrame:
+        """The trials on the Pareto front (validation accuracy vs. validation ECE)."""
+        if self.trials.empty or "on_front" not in self.trials:
+            return self.trials.iloc[0:0]
+        return self.trials[self.trials["on_front"]]
+
 
 class CompletedOnlyOptunaSearch(OptunaSearch):
     """OptunaSearch that tells Optuna only trials that ran all their epochs as COMPLETE.
@@ -393,13 +105,25 @@ class CompletedOnlyOptunaSearch(OptunaSearch):
     here such a trial (whose last result lacks ``completed = True``) is told as PRUNED, so it never
     enters the sampler's history or a multi-objective Pareto set as a finished trial. A trial
     whose loss diverged (``diverged`` in its last result) is told as FAIL.
+
+    Args:
+        *args: as ``OptunaSearch``.
+        require_completed: True (raysearch's trainable): a result without ``completed = True``
+            is partial. False (a trainable of one's own): only a result with ``completed =
+            False`` is.
+        **kwargs: as ``OptunaSearch``.
     """
+
+    def __init__(self, *args: Any, require_completed: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.require_completed = require_completed
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None,  # noqa: D102
                           error: bool = False) -> None:
+        complete = (result or {}).get(COMPLETED, not getattr(self, "require_completed", True))
         if not error and result is not None and result.get(DIVERGED):
             result, error = None, True  # -> FAIL
-        elif not error and result is not None and not result.get(COMPLETED):
+        elif not error and result is not None and not complete:
             result = None  # -> PRUNED in OptunaSearch.on_trial_complete
         super().on_trial_complete(trial_id, result=result, error=error)
 
@@ -432,111 +156,171 @@ def quiet_ray_env() -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
-def init_ray(address: str | None = None) -> None:
-    """Connect to `address` or start a local Ray, unless Ray is already initialised."""
+def init_ray(address: str | None = None, modules: tuple[str, ...] = ()) -> None:
+    """Connect to `address` or start a local Ray, unless Ray is already initialised.
+
+    On a remote cluster (:func:`is_remote_address`) the user's own packages and modules
+    (`modules`: what :func:`prepare_data` found behind the import strings and callables) are
+    shipped with Ray's ``runtime_env`` ``py_modules``, so every worker imports them as the
+    driver does. A local Ray needs nothing shipped: its workers start with the driver's
+    current directory and ``PYTHONPATH`` on their path.
+    """
     quiet_ray_env()
     if ray.is_initialized():
         return
+    runtime_env: dict[str, Any] = {"env_vars": trial_env()}
+    if modules and is_remote_address(address):
+        runtime_env["py_modules"] = list(modules)
     ray.init(address=address, log_to_driver=False, configure_logging=True,
-             logging_level=logging.WARNING, runtime_env={"env_vars": trial_env()})
+             logging_level=logging.WARNING, runtime_env=runtime_env)
 
 
-def prepare_data(space: SearchSpace, settings: SweepSettings,
-                 say: Callable[[str], None]) -> Any:
-    """Load the sweep's dataset once in the driver (downloading it if asked) and check the model.
+@dataclass
+class Prepared:
+    """What the driver learnt before Ray starts (:func:`prepare_data`).
 
-    Every trial loads the same splits (same dataset, seed and fractions), so a missing, partial
-    or corrupt dataset, or an unknown model, is reported here in one line before Ray starts.
+    Attributes:
+        data: the sweep's splits (every trial loads the same ones).
+        code_paths: folders of the user's code (the parents of their top-level packages or
+            modules, and the current directory): put on the trial workers' ``sys.path``.
+        modules: the user's top-level packages or module files, shipped to a remote cluster
+            (Ray ``runtime_env`` ``py_modules``).
+    """
+
+    data: Any
+    code_paths: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
+
+
+def prepare_data(space: SearchSpace, settings: SweepSettings, say: Callable[[str], None],
+                 components: dict[str, dict[str, Any]] | None = None) -> Prepared:
+    """Resolve every name, load the dataset once and build what the trials will build.
+
+    Runs in the driver before Ray starts or anything is written, so that an unknown name (with
+    the closest ones), an import string that does not import, a keyword a factory does not
+    take, a factory that raises or breaks its contract, a missing or corrupt dataset, a bad
+    weights file or a misconfigured optimizer is one line, not a failed trial. Every trial loads
+    the same splits (same dataset, seed and fractions). The model is built with the space's
+    low and high ends of every searched argument (on the meta device: shapes only, no memory);
+    the optimizer the same way.
+
+    Sets ``settings.dataset`` and ``settings.model`` to the names the trials use, and
+    ``settings.accuracy_metric`` to the data's primary metric when it is unset.
 
     Returns:
-        DatasetSplits: the splits; their ``info`` (sizes, split, class counts) goes into the
-        parent run's params.
+        Prepared: the splits (their ``info`` goes into the parent run's params) and the user's
+        code paths.
 
     Raises:
-        ValueError: (``DatasetError`` included) naming the path and the expected layout, or the
-            unknown model with the known ones.
+        ValueError: (``DatasetError`` included) one line naming what is wrong.
     """
-    import torch
+    from raysearch.optim import check_optimizer, optimizer_class
+    from raysearch.registry import RegistryError, registry
+    from raysearch.tasks import task_for
+    from raysearch.training import (
+        build_run_loss,
+        build_run_model,
+        check_run_model,
+        load_run_data,
+    )
 
-    from raysearch.data import load_dataset
-    from raysearch.models import available_models, build_model, is_segmentation_model
-
+    components = components or {}
+    overrides = settings.overrides()
+    configs = [space.resolve(space.end_config(which, method), **overrides)
+               for method in space.methods for which in ("low", "high")]
+    cfg = configs[0]
+    settings.dataset = cfg.data.name
     if settings.download:
-        say(f"checking {settings.dataset} in {settings.data_dir} (downloading what is missing)")
-    segmentation = settings.accuracy_metric == "miou"
-    extra: dict[str, Any] = {}
-    if segmentation:  # every mask is checked once here, before Ray starts
-        crops = space.train_values("crop_size")
-        extra = {"crop_size": settings.crop_size or (crops[0] if crops else RunConfig().crop_size),
-                 "verify": True}
-    # --download also fetches torchvision weights (--pretrained): a dataset raysearch cannot
-    # download is then only checked, not refused
-    fetch = settings.download and ((settings.pretrained is None
-                                    and not space.train_values("pretrained"))
-                                   or settings.dataset in DOWNLOADABLE_DATASETS)
-    data = load_dataset(settings.dataset, seed=settings.seed, val_fraction=settings.val_fraction,
-                        data_dir=_absolute(settings.data_dir), download=fetch,
-                        imbalance_ratio=settings.imbalance_ratio, **extra)
-    default_model = RunConfig().model
+        say(f"checking {cfg.data.name} in {cfg.data.dir} (downloading what is missing)")
+    extra = {"verify": True}  # a factory that takes `verify` checks every file now
+    if settings.download and _takes(_factory("datasets", cfg.data.name, components), "download"):
+        extra["download"] = True
+    data = load_run_data(cfg, components=components, **_accepted(
+        _factory("datasets", cfg.data.name, components), extra))
+    task = task_for(data)
+    if settings.accuracy_metric is None:
+        settings.accuracy_metric = task.primary_metric
     if settings.shift_eval and importlib.util.find_spec("imagecorruptions") is None:
         raise ValueError("--shift-eval needs the image corruptions package: "
                          "pip install 'raysearch[shift]'")
     if settings.shift_eval and not callable(getattr(data.test, "with_images", None)):
-        raise ValueError(f"--shift-eval needs an image dataset held in memory (cifar10, "
-                         f"cifar100, svhn, mnist, fashion_mnist, tiny_imagenet), got "
-                         f"'{settings.dataset}'")
-    models = [settings.model] if settings.model else (space.train_values("model")
-                                                      or [default_model])
-    for model in models:
-        dense_model = is_segmentation_model(model)
-        if segmentation and not dense_model:
-            raise ValueError(f"--dataset {settings.dataset} is a segmentation dataset: choose a "
-                             f"segmentation --model "
-                             f"({', '.join(available_models(task='segmentation'))}), "
-                             f"not '{model}'")
-        if not segmentation and dense_model:
-            raise ValueError(f"--model {model} is a segmentation model: it needs a segmentation "
-                             "--dataset (voc, segfolder)")
-        text = {} if getattr(data, "vocabulary", None) is None else {
-            "vocabulary": data.vocabulary}
-        if settings.embeddings is not None:  # a bad GloVe file fails here, in one line
-            text["embeddings_path"] = _absolute(settings.embeddings)
-        with torch.device("meta"):  # names and shapes only: no memory, no initialisation cost
-            build_model(model, num_classes=data.num_classes, input_shape=data.input_shape,
-                        **text)
-    if settings.pretrained_backbone is not None:
-        from raysearch.models import load_backbone_weights
-
-        path = _absolute(settings.pretrained_backbone)
-        if not segmentation:
-            raise ValueError("--pretrained-backbone applies to segmentation models")
-        if not Path(path).is_file():
-            raise ValueError(f"--pretrained-backbone {path}: no such file")
-        load_backbone_weights(build_model(models[0], num_classes=data.num_classes,
-                                          input_shape=data.input_shape), path)
-    spaced = space.train_values("pretrained")
-    weights = (settings.overrides()["pretrained"] if settings.pretrained is not None
-               else spaced[0] if len(spaced) == 1 else None)
-    if weights is not None:  # a bad file or name fails here, in one line
+        raise ValueError(f"--shift-eval needs an image dataset held in memory (its test split "
+                         f"must offer with_images), got '{cfg.data.name}'")
+    models = sorted({c.model.name for c in configs}, key=str)
+    for model in space.train_values("model"):
+        if model not in models and settings.model is None:
+            models.append(model)
+    settings.model = settings.model or (models[0] if len(models) == 1 else None)
+    objects: list[Any] = [_factory("datasets", cfg.data.name, components)]
+    for run in configs:
+        for model in models if run is configs[0] else [run.model.name]:
+            trial = run.model_copy(update={"model": run.model.model_copy(update={"name": model})})
+            objects.append(_factory("models", model, components))
+            check_run_model(trial, data, components=components)
+        build_run_loss(run, data, components=components)
+        objects.append(_factory("losses", run.loss.name, components))
+        check_optimizer(run.optimizer)
+        objects.append(optimizer_class(run.optimizer.name))
+    for name in settings.metrics:
+        try:
+            fn = registry("metrics").get(name, components=components.get("metrics"))
+        except RegistryError as exc:
+            raise ValueError(str(exc)) from None
+        if not callable(fn):
+            raise ValueError(f"metric {name!r} is a {type(fn).__name__}, expected a function "
+                             "fn(probs, labels) -> float")
+        objects.append(fn)
+    for name in settings.posthoc:
+        objects.append(registry("calibrators").get(name))
+    weights = cfg.model.pretrained
+    if weights is not None and all(c.model.pretrained == weights for c in configs):
         from raysearch.models.pretrained import load_pretrained
 
         if settings.download:
             say(f"checking the weights {weights} (downloading them if missing)")
-        vocabulary = getattr(data, "vocabulary", None)
-        info = load_pretrained(build_model(models[0], num_classes=data.num_classes,
-                                           input_shape=data.input_shape,
-                                           **({"vocabulary": vocabulary} if vocabulary
-                                              else {})),
-                               weights, download=settings.download)
+        info = load_pretrained(build_run_model(cfg, data, components=components), weights,
+                               download=settings.download)
         data.info["pretrained_sha256"] = info.sha256
         say(f"pretrained weights {info.source}: {info.loaded} tensors, sha256 "
             f"{info.sha256[:12]}" + (", classification head replaced" if info.replaced_head
                                      else ""))
-    return data
+    return Prepared(data, *_user_code(objects))
 
 
-#: Set by Ray in the environment of a Ray Job's entrypoint (``ray job submit -- ...``).
-_RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+def _factory(kind: str, name: Any, components: dict[str, dict[str, Any]]) -> Any:
+    from raysearch.registry import RegistryError, registry
+
+    try:
+        return registry(kind).get(name, components=components.get(kind))
+    except RegistryError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _takes(factory: Any, key: str) -> bool:
+    from raysearch.registry import accepted_keywords
+
+    names, var_kw = accepted_keywords(factory)
+    return key in names or var_kw
+
+
+def _accepted(factory: Any, extra: dict[str, Any]) -> dict[str, Any]:
+    """The entries of `extra` that `factory` takes (the driver's own checks, not the user's)."""
+    from raysearch.registry import accepted_keywords
+
+    names, _ = accepted_keywords(factory)
+    return {k: v for k, v in extra.items() if k in names}
+
+
+def _user_code(objects: list[Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(code paths, module paths) of the user's objects: see :class:`Prepared`."""
+    from raysearch.registry import code_module
+
+    modules = sorted({m for m in (code_module(o) for o in objects) if m is not None})
+    paths = [os.getcwd(), *sorted({str(Path(m).parent) for m in modules})]
+    return tuple(dict.fromkeys(paths)), tuple(modules)
+
+
+_RAY_JOB_ENV = RAY_JOB_ENV
 
 
 def in_ray_job() -> bool:
@@ -647,7 +431,7 @@ def build_shift(data: Any, settings: SweepSettings, say: Callable[[str], None]) 
 
 
 def _sizes(data: Any) -> str:
-    return f"{len(data.train)} train / {len(data.val)} val / {len(data.test)} test images"
+    return f"{len(data.train)} train / {len(data.val)} val / {len(data.test)} test samples"
 
 
 def default_sweep_name(space: SearchSpace) -> str:
@@ -678,38 +462,45 @@ def check_new_sweep_name(client: Any, experiment: str, name: str) -> None:
 
 
 def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = None, *,
-              progress: Callable[[str], None] | None = None) -> SweepResult:
+              progress: Callable[[str], None] | None = None,
+              components: dict[str, dict[str, Any]] | None = None) -> SweepResult:
     """Run one sweep end to end and return its trials table and selected trial.
 
     Args:
         space: a bundled space name (``acls``), a YAML path or a loaded SearchSpace.
         settings: sweep settings (defaults: 8 trials, 2 at a time, digits, Pareto objective).
         progress: called with one readable line per finished trial and a few status lines.
+        components: objects given through the Python API instead of names, by kind and label
+            (``{"models": {"__main__:make_net": make_net}}``); they reach the trials by value
+            (cloudpickle), so callables defined in a notebook or a script work.
 
     Returns:
         The :class:`SweepResult`.
 
     Raises:
-        ValueError: on bad settings, an unknown space, an unreachable tracking URI, or a sweep
-            name the experiment already has (use :func:`resume_sweep`); all are checked before
-            Ray starts or any trial runs.
+        ValueError: on bad settings, an unknown space or name, an import string that does not
+            import, a factory that raises or breaks its contract, an unreachable tracking URI,
+            or a sweep name the experiment already has (use :func:`resume_sweep`); all are
+            checked before Ray starts, any trial runs or anything is written.
     """
     settings = settings or SweepSettings()
     settings.validate()
     space = space if isinstance(space, SearchSpace) else load_space(space)
     say = progress or (lambda line: logger.info("%s", line))
+    # names, data, models, losses and optimizers fail here, before Ray or MLflow
+    prepared = prepare_data(space, settings, say, components)
+    data = prepared.data
+    settings.validate()  # the metrics of the data's task are known now
+    check_tracking_for_cluster(settings.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"),
+                               settings.address)
     client, uri = tracking.get_client(settings.tracking_uri)
     name = settings.name or default_sweep_name(space)
     check_new_sweep_name(client, settings.experiment, name)
-    data = prepare_data(space, settings, say)  # bad paths and names fail here, before Ray
     storage = resolve_storage(settings.storage_path)
     check_storage(storage)
-    check_tracking_for_cluster(settings.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"),
-                               settings.address)
-
     experiment_id = tracking.ensure_experiment(client, settings.experiment, uri)
     check_ray_address(settings.address)
-    init_ray(settings.address)
+    init_ray(settings.address, prepared.modules)
     check_gpus(settings)
     parent = client.create_run(experiment_id, run_name=name,
                                tags={tracking.SWEEP_TAG: name, "raysearch.space": space.name})
@@ -725,6 +516,7 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
         "selection_rule": settings.selection_rule(), "ece_metric": settings.ece_metric,
         "repeats": settings.repeats, "selection": settings.selection,
         "accuracy_metric": settings.accuracy_metric,
+        **({"metrics": ",".join(settings.metrics)} if settings.metrics else {}),
         "model": settings.model or "space", "gpus_per_trial": settings.gpus_per_trial,
         "cpus_per_trial": settings.cpus_per_trial, "precision": settings.precision,
         "workers_per_trial": settings.workers_per_trial, "max_failures": max_failures,
@@ -743,13 +535,14 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
     say(f"sweep {name}: {count} of space '{space.name}' on "
         f"{settings.dataset} ({_sizes(data)}){gpu}, objective {settings.objective}, sampler "
         f"{settings.sampler}; MLflow {uri} (experiment '{settings.experiment}')")
-    return _execute(space, settings, client, uri, experiment_id, parent_id, name, storage, data,
-                    say)
+    return _execute(space, settings, client, uri, experiment_id, parent_id, name, storage,
+                    prepared, say, components=components)
 
 
 def resume_sweep(name: str, *, tracking_uri: str | None = None,
                  experiment: str = tracking.DEFAULT_EXPERIMENT, address: str | None = None,
-                 progress: Callable[[str], None] | None = None) -> SweepResult:
+                 progress: Callable[[str], None] | None = None,
+                 components: dict[str, dict[str, Any]] | None = None) -> SweepResult:
     """Continue sweep `name` after its driver was killed or interrupted (``sweep --resume``).
 
     The sweep's settings and search space come from its record (``sweep.json`` of the parent
@@ -766,6 +559,8 @@ def resume_sweep(name: str, *, tracking_uri: str | None = None,
         experiment: its MLflow experiment.
         address: the Ray cluster to continue on (default: the sweep's own ``--address``).
         progress: as for :func:`run_sweep`.
+        components: the objects a sweep started from Python was given (as for
+            :func:`run_sweep`): names recorded as ``__main__:...`` need them again.
 
     Returns:
         The :class:`SweepResult` over all the sweep's trials.
@@ -794,11 +589,11 @@ def resume_sweep(name: str, *, tracking_uri: str | None = None,
         raise ValueError(f"sweep '{name}' cannot be resumed: no Tune experiment state under "
                          f"{path} (the driver stopped before Tune's first snapshot); start it "
                          "again with another --name")
-    data = prepare_data(space, settings, say)
+    prepared = prepare_data(space, settings, say, components)
     check_tracking_for_cluster(tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"),
                                settings.address)
     check_ray_address(settings.address)
-    init_ray(settings.address)
+    init_ray(settings.address, prepared.modules)
     check_gpus(settings)
     parent_id = parent.info.run_id
     client.update_run(parent_id, status="RUNNING")
@@ -809,7 +604,7 @@ def resume_sweep(name: str, *, tracking_uri: str | None = None,
     say(f"resuming sweep {name} from {path} ({count} of space "
         f"'{space.name}' on {settings.dataset}); MLflow {uri} (experiment '{experiment}')")
     return _execute(space, settings, client, uri, parent.info.experiment_id, parent_id, name,
-                    storage, data, say, restore=path)
+                    storage, prepared, say, restore=path, components=components)
 
 
 def _has_errored_trials(client: Any, parent: Any) -> bool:
@@ -830,9 +625,13 @@ def _load_record(client: Any, parent_id: str, name: str) -> dict[str, Any]:
 
 
 def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
-             experiment_id: str, parent_id: str, name: str, storage: str, data: Any,
-             say: Callable[[str], None], restore: str | None = None) -> SweepResult:
+             experiment_id: str, parent_id: str, name: str, storage: str, prepared: Prepared,
+             say: Callable[[str], None], restore: str | None = None,
+             components: dict[str, dict[str, Any]] | None = None) -> SweepResult:
     """Run (or, with `restore`, continue) the Tuner of a sweep; select and log at the end."""
+    import cloudpickle
+
+    data = prepared.data
     metric, mode = settings.objective_metrics()
     overrides = settings.overrides()
     max_failures = settings.resolved_max_failures()
@@ -865,7 +664,13 @@ def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
                                  workers=settings.workers_per_trial,
                                  cpus_per_worker=settings.cpus_per_worker,
                                  gpus_per_worker=settings.gpus_per_worker,
-                                 fault_epoch=settings.fault_epoch),
+                                 fault_epoch=settings.fault_epoch,
+                                 metrics=tuple(settings.metrics),
+                                 code_paths=prepared.code_paths,
+                                 # the API's callables travel by value; names are resolved
+                                 # by each worker itself
+                                 components=cloudpickle.dumps(components) if components
+                                 else None),
             resources)
         if restore is not None:
             # unfinished trials go on from their checkpoints; failed ones too (resume, not

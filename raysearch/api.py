@@ -1,0 +1,298 @@
+"""The Python API: sweep, train and export from a script or a notebook.
+
+Everything the CLI does, with your own objects where the CLI takes names::
+
+    import raysearch
+
+    def make_net(num_classes, input_shape, hidden=64):       # defined in a notebook: fine
+        ...
+
+    result = raysearch.sweep(
+        {"method": "ls", "params": {"epsilon": {"low": 0.0, "high": 0.2}},
+         "model": {"hidden": {"low": 16, "high": 128}}},
+        model=make_net, dataset="mypkg.data:load_table", num_samples=8, epochs=10)
+    result.trials          # a DataFrame: a row per trial, params, metrics, on_front, selected
+    result.selected        # the selected trial's row
+    raysearch.export(result.name, "best.yaml")
+    raysearch.train("best.yaml", model=make_net)
+
+Names, import strings ``package.module:attr`` and callables are accepted alike (see
+:mod:`raysearch.registry`); callables reach Ray's workers by value (cloudpickle), so objects
+defined in a notebook or a script work. :func:`searcher` gives the parts for a Tune trainable
+of your own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from raysearch.config import RunConfig, SweepSettings
+from raysearch.registry import object_label
+
+__all__ = ["TrainRun", "export", "searcher", "sweep", "train"]
+
+#: Where each keyword's callables are looked up, by kind.
+_KINDS = {"model": "models", "dataset": "datasets", "loss": "losses"}
+
+
+def _name_of(value: Any, kind: str, components: dict[str, dict[str, Any]]) -> str | None:
+    """A name, import string or callable -> the name recorded (callables by their label)."""
+    if value is None or isinstance(value, str):
+        return value
+    if not callable(value):
+        raise ValueError(f"{kind[:-1]} must be a name, an import string package.module:attr "
+                         f"or a callable, got {value!r}")
+    label = object_label(value)
+    components.setdefault(kind, {})[label] = value
+    return label
+
+
+def _metrics(metrics: Any, components: dict[str, dict[str, Any]]) -> tuple[str, ...]:
+    if metrics is None:
+        return ()
+    if isinstance(metrics, str) or callable(metrics):
+        metrics = [metrics]
+    return tuple(_name_of(m, "metrics", components) for m in metrics)  # type: ignore[misc]
+
+
+def sweep(space: str | Path | Mapping[str, Any] | Any, *, model: Any = None,
+          dataset: Any = None, loss: Any = None, metrics: Any = None,
+          progress: Callable[[str], None] | None = print, **settings: Any) -> Any:
+    """Run a sweep and return its :class:`~raysearch.sweep_engine.SweepResult`.
+
+    Args:
+        space: a bundled space name (``"acls"``), a YAML file, a loaded
+            :class:`~raysearch.spaces.SearchSpace`, or a mapping in the files' format
+            (``{"method": ..., "params": {...}, "model": {...}, "optimizer": {...},
+            "train": {...}}``; ``method`` may be left out when `loss` is given).
+        model: the model for every trial: a name (``"resnet20"``), an import string, or a
+            factory ``f(num_classes, input_shape, **model_params) -> nn.Module`` (a class
+            works); None: the space's, else ``cnn``.
+        dataset: the data: a name, an import string or a factory ``f(data_dir, seed,
+            val_fraction, **data_params) -> raysearch.DatasetSplits``; None: the space's, else
+            ``digits``.
+        loss: the loss when the space names none: a name, an import string, or an
+            ``nn.Module`` class or factory taking the space's ``params`` as keywords.
+        metrics: your metric functions ``fn(probs (N, K), labels (N,)) -> float`` (callables or
+            import strings): every trial logs ``val_<fn>`` and ``test_<fn>``; they may be the
+            ``objective`` or the ``ece_metric``.
+        progress: called with one line per finished trial and a few status lines (default:
+            :func:`print`; None: the ``raysearch.sweep_engine`` logger).
+        **settings: any field of :class:`~raysearch.config.SweepSettings`: ``num_samples``,
+            ``epochs``, ``max_concurrent``, ``objective``, ``tracking_uri``, ``experiment``,
+            ``name``, ``seed``, ``data_dir``, ``gpus_per_trial``, ...
+
+    Returns:
+        SweepResult: ``trials`` (a DataFrame: one row per trial with its params, final metrics,
+        ``complete``, ``on_front`` and ``selected``), ``front``, ``selected``,
+        ``parent_run_id``, ``name``, ``mlflow_link``.
+
+    Raises:
+        ValueError: one line for an unknown name or setting, an import string that does not
+            import, a factory that raises or breaks its contract, a `loss` given with a space
+            that names its own; all before Ray starts or anything is written.
+    """
+    from raysearch.spaces import SearchSpace, load_space, space_from_dict
+    from raysearch.sweep_engine import run_sweep
+
+    components: dict[str, dict[str, Any]] = {}
+    model_name = _name_of(model, "models", components)
+    dataset_name = _name_of(dataset, "datasets", components)
+    loss_name = _name_of(loss, "losses", components)
+    if isinstance(space, Mapping):
+        doc = dict(space)
+        if loss_name is not None:
+            if "method" in doc or "methods" in doc:
+                raise ValueError("the space names its loss (`method`): give `loss=` only with "
+                                 "a space without one")
+            doc["method"] = loss_name
+        loaded = space_from_dict(doc, str(settings.pop("space_name", "space")),
+                                 components=components)
+    else:
+        loaded = space if isinstance(space, SearchSpace) else load_space(space)
+        if loss_name is not None:
+            raise ValueError(f"space {loaded.name!r} names its loss ({', '.join(loaded.methods)})"
+                             ": give `loss=` only with a space (a mapping) without `method`")
+    values = dict(settings)
+    if model_name is not None:
+        values["model"] = model_name
+    if dataset_name is not None:
+        values["dataset"] = dataset_name
+    values["metrics"] = _metrics(metrics, components)
+    config = SweepSettings(**values)
+    return run_sweep(loaded, config, progress=progress, components=components or None)
+
+
+@dataclass
+class TrainRun:
+    """What :func:`train` returns.
+
+    Attributes:
+        run_id: the MLflow run.
+        metrics: the final metrics (``val_*``, ``test_*``, ...).
+        config: the config that was trained.
+    """
+
+    run_id: str
+    metrics: dict[str, float]
+    config: RunConfig = field(repr=False)
+
+
+def train(config: RunConfig | Mapping[str, Any] | str | Path, *, model: Any = None,
+          dataset: Any = None, loss: Any = None, metrics: Any = None,
+          tracking_uri: str | None = None, experiment: str = "raysearch",
+          run_name: str | None = None, device: str | None = None, precision: str = "auto",
+          progress: Callable[[str], None] | None = None, **overrides: Any) -> TrainRun:
+    """Train one configuration in this process and log it to MLflow.
+
+    Args:
+        config: a :class:`~raysearch.config.RunConfig`, a mapping (sections, or the flat keys
+            of a trial config), or a YAML file (``raysearch export``'s ``best.yaml``).
+        model: replaces the config's model: a name, an import string or a factory (give the
+            factory again for a config exported from a sweep of notebook callables, whose
+            names read ``__main__:...``).
+        dataset: replaces the config's dataset, likewise.
+        loss: replaces the config's loss, likewise.
+        metrics: your metric functions (callables or import strings); an export's own are
+            used when None.
+        tracking_uri: MLflow store (default: ``$MLFLOW_TRACKING_URI`` or
+            ``sqlite:///<cwd>/mlruns.db``).
+        experiment: MLflow experiment.
+        run_name: the run's name.
+        device: ``cpu``, ``cuda`` or ``cuda:N`` (default: a visible GPU, else the CPU).
+        precision: ``auto``, ``bf16`` or ``fp32``.
+        progress: called with one line per epoch.
+        **overrides: flat config keys that replace the config's (``epochs=3``, ``lr=0.1``,
+            ``model.hidden=...`` as ``**{"model.hidden": 64}``).
+
+    Returns:
+        TrainRun: the run id, the final metrics and the trained config. With the same config
+        and seed on the CPU, the test metrics equal the sweep trial's.
+
+    Raises:
+        ValueError: one line for an invalid config, an unknown name, a factory that raises;
+            before the MLflow run is created.
+        raysearch.training.DivergedError: if the loss becomes NaN (the run is marked FAILED).
+    """
+    import yaml
+
+    from raysearch.tracking import check_export_versions, train_and_log
+
+    exported: list[str] = []
+    if isinstance(config, (str, Path)):
+        doc = yaml.safe_load(Path(config).read_text()) if Path(config).is_file() else None
+        cfg = RunConfig.from_yaml(config)
+        if isinstance(doc, dict):
+            check_export_versions(doc, progress or (lambda line: None))
+            exported = list(doc.get("metric_functions") or [])
+    elif isinstance(config, RunConfig):
+        cfg = config
+    else:
+        cfg = RunConfig.from_dict(config)
+    components: dict[str, dict[str, Any]] = {}
+    flat = dict(overrides)
+    for key, value, kind in (("model", model, "models"), ("dataset", dataset, "datasets"),
+                             ("method", loss, "losses")):
+        name = _name_of(value, kind, components)
+        if name is not None:
+            flat[key] = name
+    if flat:
+        cfg = _override(cfg, flat)
+    specs = _metrics(metrics, components) if metrics is not None else tuple(exported)
+    run_id, values = train_and_log(cfg, tracking_uri=tracking_uri, experiment=experiment,
+                                   run_name=run_name, progress=progress, device=device,
+                                   precision=precision, components=components,
+                                   metrics=[components.get("metrics", {}).get(s, s)
+                                            for s in specs])
+    return TrainRun(run_id, values, cfg)
+
+
+def _override(cfg: RunConfig, flat: Mapping[str, Any]) -> RunConfig:
+    """`cfg` with flat keys replaced (section dicts merged key by key)."""
+    from raysearch.config import flat_to_sections
+
+    merged = cfg.to_dict()
+    for key, value in flat_to_sections(flat).items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            for sub, inner in value.items():
+                if isinstance(inner, dict) and isinstance(merged[key].get(sub), dict):
+                    merged[key][sub] = {**merged[key][sub], **inner}
+                else:
+                    merged[key][sub] = inner
+        else:
+            merged[key] = value
+    return RunConfig(**merged)
+
+
+def export(name: str, path: str | Path | None = None, *, tracking_uri: str | None = None,
+           experiment: str = "raysearch", tolerance: float | None = None) -> dict[str, Any]:
+    """The selected trial of sweep `name` as an export document (and a YAML file).
+
+    Args:
+        name: the sweep's name.
+        path: where to write the YAML (``raysearch train PATH`` trains it again); None: write
+            nothing.
+        tracking_uri: the sweep's MLflow store.
+        experiment: its experiment.
+        tolerance: the rule's accuracy tolerance (default: the sweep's).
+
+    Returns:
+        ``{"config": ..., "sweep": ..., "trial": ..., "run_id": ..., "selection": ...,
+        "metrics": {...}, "requires": {versions, import strings, packages}}``.
+
+    Raises:
+        ValueError: if the sweep is unknown or has no complete trial.
+    """
+    import yaml
+
+    from raysearch.tracking import best_config_document, get_client, load_sweep
+
+    client, _ = get_client(tracking_uri)
+    parent, frame, _ = load_sweep(client, name, experiment, tolerance)
+    selected = frame[frame["selected"]] if not frame.empty else frame
+    if not len(selected):
+        raise ValueError(f"sweep '{name}' has no complete trial to export")
+    doc = best_config_document(selected.iloc[0], parent)
+    if path is not None:
+        Path(path).write_text(yaml.safe_dump(doc, sort_keys=False))
+    return doc
+
+
+def searcher(space: Any, *, metric: str | Sequence[str] = ("val_accuracy", "val_ece"),
+             mode: str | Sequence[str] = ("max", "min"), sampler: str = "tpe",
+             seed: int = 0) -> Any:
+    """A search space as a Ray Tune search algorithm, for a trainable of your own.
+
+    Args:
+        space: a space name, a YAML file, a loaded space or a mapping (as :func:`sweep`).
+        metric: the metric(s) your trainable reports that Optuna optimises.
+        mode: ``"min"``/``"max"`` per metric.
+        sampler: ``tpe``, ``nsga2`` or ``random`` (seeded with `seed`).
+        seed: seed of the sampler.
+
+    Returns:
+        An ``OptunaSearch`` sampling the space's define-by-run function; a trial's config
+        holds the space's names (``margin``, ``lr``, ``model.hidden``, ...), and
+        ``space.resolve(config)`` turns it into a :class:`~raysearch.config.RunConfig`. A
+        trial whose last result says ``completed: False`` is told to Optuna as pruned, one
+        with ``diverged`` as failed.
+    """
+    import optuna
+
+    from raysearch.spaces import SearchSpace, load_space, space_from_dict
+    from raysearch.sweep_engine import CompletedOnlyOptunaSearch, make_sampler
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "A new study created" line
+    if isinstance(space, Mapping):
+        space = space_from_dict(space)
+    elif not isinstance(space, SearchSpace):
+        space = load_space(space)
+    metric = list(metric) if not isinstance(metric, str) else metric
+    mode = list(mode) if not isinstance(mode, str) else mode
+    return CompletedOnlyOptunaSearch(space=space.define_by_run, metric=metric, mode=mode,
+                                     sampler=make_sampler(sampler, seed),
+                                     require_completed=False)
+
