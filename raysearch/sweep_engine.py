@@ -252,15 +252,26 @@ def prepare_data(space: SearchSpace, settings: SweepSettings, say: Callable[[str
             models.append(model)
     settings.model = settings.model or (models[0] if len(models) == 1 else None)
     objects: list[Any] = [_factory("datasets", cfg.data.name, components)]
+    checked: set[str] = set()  # each distinct model, loss and optimizer section once
+
+    def once(section: Any) -> bool:
+        key = f"{type(section).__name__}:{json.dumps(section.model_dump(), sort_keys=True)}"
+        fresh = key not in checked
+        checked.add(key)
+        return fresh
+
     for run in configs:
         for model in models if run is configs[0] else [run.model.name]:
             trial = run.model_copy(update={"model": run.model.model_copy(update={"name": model})})
-            objects.append(_factory("models", model, components))
-            check_run_model(trial, data, components=components)
-        build_run_loss(run, data, components=components)
-        objects.append(_factory("losses", run.loss.name, components))
-        check_optimizer(run.optimizer)
-        objects.append(optimizer_class(run.optimizer.name))
+            if once(trial.model):
+                objects.append(_factory("models", model, components))
+                check_run_model(trial, data, components=components)
+        if once(run.loss):
+            build_run_loss(run, data, components=components)
+            objects.append(_factory("losses", run.loss.name, components))
+        if once(run.optimizer):
+            check_optimizer(run.optimizer)
+            objects.append(optimizer_class(run.optimizer.name))
     for name in settings.metrics:
         try:
             fn = registry("metrics").get(name, components=components.get("metrics"))

@@ -110,3 +110,24 @@ def s3_server(tmp_path_factory):
 def sqlite_uri(tmp_path):
     """A fresh SQLite tracking store in the test's tmp dir."""
     return f"sqlite:///{tmp_path / 'mlruns.db'}"
+
+
+@pytest.fixture(scope="session")
+def tabular_plugin(tmp_path_factory):
+    """examples/tabular_calib installed with ``pip install --target DIR`` (DIR not on sys.path).
+
+    Returns DIR: put it on PYTHONPATH (a subprocess) or ``sys.path`` (this process) to use the
+    plug-in's entry-point names.
+    """
+    import shutil
+
+    root = tmp_path_factory.mktemp("plugin")
+    source = root / "src"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "examples" / "tabular_calib", source,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
+    target = root / "site"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                           "--no-build-isolation", "--target", str(target), str(source)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return target

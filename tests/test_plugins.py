@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -171,16 +170,10 @@ def test_list_command_shows_sources():
     assert out.exit_code == 2
 
 
-def test_a_plugin_installed_with_pip_target_is_found_by_its_entry_point_names(tmp_path):
+def test_a_plugin_installed_with_pip_target_is_found_by_its_entry_point_names(tmp_path,
+                                                                              tabular_plugin):
     """pip install --target DIR, DIR on PYTHONPATH: the short names work in a fresh process."""
-    source = tmp_path / "src"
-    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info",
-                                                                  "build"))
-    target = tmp_path / "plug"
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                          "--no-build-isolation", "--target", str(target), str(source)],
-                         capture_output=True, text=True, timeout=300)
-    assert pip.returncode == 0, pip.stderr
+    target = tabular_plugin
     elsewhere = tmp_path / "elsewhere"  # the package is not importable from the cwd
     elsewhere.mkdir()
     env = {**_env(), "PYTHONPATH": str(target)}
