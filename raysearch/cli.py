@@ -489,20 +489,14 @@ def _pm(mean: Any, sem: Any) -> str:
 def export(name: str, output: str, tolerance: float | None, tracking_uri: str | None,
            experiment: str) -> None:
     """Write the selected trial's config of sweep NAME (reusable by `raysearch train`)."""
-    import yaml
-
-    from raysearch.tracking import best_config_document, get_client, load_sweep
+    from raysearch.api import export as export_sweep
 
     _quiet_mlflow()
-
-    client, _ = get_client(tracking_uri)
-    parent, frame, _ = load_sweep(client, name, experiment, tolerance)
-    sel = frame[frame["selected"]] if not frame.empty else frame
-    if not len(sel):
-        raise ValueError(f"sweep '{name}' has no complete trial to export")
-    doc = best_config_document(sel.iloc[0], parent)
-    Path(output).write_text(yaml.safe_dump(doc, sort_keys=False))
-    click.echo(f"wrote {output}: {_describe(sel.iloc[0])}")
+    doc = export_sweep(name, output, tracking_uri=tracking_uri, experiment=experiment,
+                       tolerance=tolerance)
+    row = {**doc["metrics"], "trial": doc["trial"], "config": json.dumps(doc["config"]),
+           "method": (doc["config"].get("loss") or {}).get("name", "")}
+    click.echo(f"wrote {output}: {_describe(row)}")
     click.echo(f"train it again: raysearch train {output}")
 
 
@@ -634,7 +628,7 @@ def list_command(kind: str) -> None:
     raysearch.optimizers); any import string package.module:attr works too without being
     listed. A name declared twice is listed as an error (exit code 2).
     """
-    from raysearch.registry import registry
+    from raysearch.registries import registry
 
     reg = registry(kind)
     entries = reg.entries()

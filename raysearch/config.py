@@ -196,7 +196,25 @@ def _params(value: Any) -> dict[str, Any]:
     return {str(k): _plain(v) for k, v in value.items()}
 
 
-class LossConfig(Section):
+class _Factory(Section):
+    """A section that names a factory (``name``) and holds its keyword arguments (``params``)."""
+
+    _what: ClassVar[str] = ""
+    name: str = ""
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _check_name(cls, value: Any) -> str:
+        return _name(cls._what, value)
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _check_params(cls, value: Any) -> dict[str, Any]:
+        return _params(value)
+
+
+class LossConfig(_Factory):
     """The training objective: a loss name (or import string) and its keyword parameters.
 
     Attributes:
@@ -205,21 +223,12 @@ class LossConfig(Section):
         params: its keyword arguments (``margin``, ``lambda1``, ...).
     """
 
+    _what: ClassVar[str] = "loss"
     name: str = "ce"
-    params: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("name", mode="before")
-    @classmethod
-    def _check_name(cls, value: Any) -> str:
-        return _name("loss", value)
-
-    @field_validator("params", mode="before")
-    @classmethod
-    def _check_params(cls, value: Any) -> dict[str, Any]:
-        return _params(value)
 
 
-class ModelConfig(Section):
+
+class ModelConfig(_Factory):
     """The network: a model factory, its keyword arguments, and the weights it starts from.
 
     Attributes:
@@ -238,21 +247,12 @@ class ModelConfig(Section):
             optimizer's ``lr``); None: the same lr for every parameter.
     """
 
+    _what: ClassVar[str] = "model"
     name: str = DEFAULT_MODEL
-    params: dict[str, Any] = Field(default_factory=dict)
     pretrained: str | None = None
     freeze_backbone_epochs: int = 0
     head_lr: float | None = None
 
-    @field_validator("name", mode="before")
-    @classmethod
-    def _check_name(cls, value: Any) -> str:
-        return _name("model", value)
-
-    @field_validator("params", mode="before")
-    @classmethod
-    def _check_params(cls, value: Any) -> dict[str, Any]:
-        return _params(value)
 
     @field_validator("pretrained", mode="before")
     @classmethod
@@ -285,7 +285,7 @@ class ModelConfig(Section):
         return self
 
 
-class DataConfig(Section):
+class DataConfig(_Factory):
     """The data: a dataset factory, its folder, the split and the factory's own arguments.
 
     Attributes:
@@ -301,21 +301,12 @@ class DataConfig(Section):
             ``cub200``; a user's own).
     """
 
+    _what: ClassVar[str] = "data"
     name: str = DEFAULT_DATASET
     dir: str | None = None
     val_fraction: float | None = None
     seed: int | None = None
-    params: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("name", mode="before")
-    @classmethod
-    def _check_name(cls, value: Any) -> str:
-        return _name("data", value)
-
-    @field_validator("params", mode="before")
-    @classmethod
-    def _check_params(cls, value: Any) -> dict[str, Any]:
-        return _params(value)
 
     @field_validator("val_fraction", mode="before")
     @classmethod
@@ -361,7 +352,7 @@ class DataConfig(Section):
         return self
 
 
-class OptimizerConfig(Section):
+class OptimizerConfig(_Factory):
     """The optimizer: any ``torch.optim`` class by name, or an import string, and its arguments.
 
     Attributes:
@@ -374,20 +365,11 @@ class OptimizerConfig(Section):
             ``eps``, ...). SGD gets ``momentum: 0.9`` unless set (:data:`OPTIMIZER_DEFAULTS`).
     """
 
+    _what: ClassVar[str] = "optimizer"
     name: str = "sgd"
     lr: float = 0.05
     weight_decay: float = 5e-4
-    params: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("name", mode="before")
-    @classmethod
-    def _check_name(cls, value: Any) -> str:
-        return _name("optimizer", value)
-
-    @field_validator("params", mode="before")
-    @classmethod
-    def _check_params(cls, value: Any) -> dict[str, Any]:
-        return _params(value)
 
     @field_validator("lr", mode="before")
     @classmethod
@@ -1062,13 +1044,9 @@ class SweepSettings(BaseModel):
             raise ValueError(f"`shift_samples` must be >= 1, got {self.shift_samples}")
         if self.posthoc:
             from raysearch.calibration import CALIBRATOR_REGISTRY
-            from raysearch.registry import RegistryError
 
             for name in self.posthoc:
-                try:
-                    CALIBRATOR_REGISTRY.get(name)
-                except RegistryError as exc:
-                    raise ValueError(f"{exc} (in `posthoc`)") from None
+                CALIBRATOR_REGISTRY.get(name)  # an unknown name: the registry's error
         known = self.known_metrics()
         self._check_metric_name(self.ece_metric, known, "--ece-metric")
         if self.accuracy_metric is not None:
@@ -1082,8 +1060,7 @@ class SweepSettings(BaseModel):
 
     def known_metrics(self) -> set[str]:
         """Metric names (without ``val_``/``test_``) every trial of this sweep reports."""
-        from raysearch.metrics import ESTIMATOR_KEYS
-        from raysearch.tasks import CALIBRATED_KEYS, DENSE_KEYS, SUMMARY_KEYS
+        from raysearch.metrics import CALIBRATED_KEYS, DENSE_KEYS, ESTIMATOR_KEYS, SUMMARY_KEYS
 
         base = {*SUMMARY_KEYS, *DENSE_KEYS, *ESTIMATOR_KEYS, *self.metric_names()}
         # after a post-hoc calibrator: the summary metrics and KS (not a user's metrics)

@@ -65,11 +65,14 @@ import torch
 
 __all__ = [
     "BINNINGS",
+    "CALIBRATED_KEYS",
+    "DENSE_KEYS",
     "CONFIDENCE_DEFINITIONS",
     "CalibrationMeter",
     "ESTIMATOR_KEYS",
     "NORMS",
     "ReliabilityBins",
+    "SUMMARY_KEYS",
     "accuracy",
     "adaptive_ece",
     "average_confidence",
@@ -91,6 +94,14 @@ __all__ = [
     "sweep_ece",
     "underconfidence",
 ]
+
+#: Metric names of :func:`calibration_summary`, reported by a trial as ``val_*``/``test_*``.
+SUMMARY_KEYS = ("accuracy", "ece", "aece", "cece", "mce", "nll", "brier")
+#: Metrics of a segmentation split (:class:`CalibrationMeter`), logged as ``{split}_{key}``;
+#: the temperature-scaled ones (:data:`SUMMARY_KEYS`) as ``test_{key}_ts``.
+DENSE_KEYS = ("accuracy", "miou", "ece", "aece", "cece", "mce", "nll", "brier", "ece_released")
+#: Metrics a trial also logs after each post-hoc calibrator, as ``{split}_{key}_{calibrator}``.
+CALIBRATED_KEYS = (*SUMMARY_KEYS, "ks")
 
 #: Binning schemes of :func:`ece`.
 BINNINGS = ("equal_width", "equal_mass")

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from raysearch.config import OptimizerConfig
-from raysearch.registry import Registry, RegistryError, accepted_keywords, object_label
+from raysearch.registry import Registry, accepted_keywords, object_label
 
 __all__ = ["OPTIMIZER_REGISTRY", "available_optimizers", "build_optimizer", "check_optimizer",
            "optimizer_class"]
@@ -53,10 +53,7 @@ def optimizer_class(name: Any) -> Any:
     """
     if isinstance(name, str) and name.lower() in OPTIMIZER_REGISTRY:
         name = name.lower()
-    try:
-        return OPTIMIZER_REGISTRY.get(name)
-    except RegistryError as exc:
-        raise ValueError(str(exc)) from None
+    return OPTIMIZER_REGISTRY.get(name)
 
 
 def _tuples(value: Any) -> Any:

@@ -21,9 +21,12 @@ Hydra's ``_target_`` do: only name modules you trust.
 This module is plain Python (``importlib``, ``importlib.metadata``); it imports no torch, Ray
 or MLflow, so every layer may use it.
 
+The registry of each kind lives with its built-ins (``raysearch.models.MODEL_REGISTRY``, ...);
+:func:`raysearch.registries.registry` finds one by kind.
+
 Example:
-    >>> from raysearch.registry import MODELS
-    >>> MODELS.get("mypkg.models:make_net")          # doctest: +SKIP
+    >>> from raysearch.registries import registry
+    >>> registry("models").get("mypkg.models:make_net")          # doctest: +SKIP
     <function make_net at 0x...>
 """
 
@@ -41,12 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "CALIBRATORS",
-    "DATASETS",
-    "ENTRY_POINT_GROUPS",
-    "LOSSES",
-    "METRICS",
-    "MODELS",
+        "ENTRY_POINT_GROUPS",
     "Entry",
     "Registry",
     "RegistryError",
@@ -58,7 +56,6 @@ __all__ = [
     "import_object",
     "is_import_string",
     "object_label",
-    "registry",
 ]
 
 #: Entry-point group of each kind that installed packages can add names to.
@@ -426,53 +423,3 @@ def check_keywords(factory: Any, keys: Iterable[str], *, what: str, option: str 
                 f"{option + ': ' if option else ''}{what} takes no argument {key!r}{hint}; "
                 f"it takes: {', '.join(shown) or '(nothing else)'}"
             )
-
-
-# The registries, filled from the built-in modules on first use (their imports are heavy).
-_REGISTRIES: dict[str, Registry] = {}
-
-
-def registry(kind: str) -> Registry:
-    """The registry of `kind` (``models``, ``datasets``, ``losses``, ``calibrators``, ...).
-
-    Raises:
-        ValueError: for an unknown kind.
-    """
-    if kind not in _REGISTRIES:
-        if kind == "models":
-            from raysearch.models import MODEL_REGISTRY as reg
-        elif kind == "datasets":
-            from raysearch.data import DATASET_REGISTRY as reg
-        elif kind == "losses":
-            from raysearch.losses import LOSS_REGISTRY as reg
-        elif kind == "calibrators":
-            from raysearch.calibration import CALIBRATOR_REGISTRY as reg
-        elif kind == "metrics":
-            reg = Registry("metrics", {})
-        elif kind == "optimizers":
-            from raysearch.optim import OPTIMIZER_REGISTRY as reg
-        else:
-            raise ValueError(f"unknown kind {kind!r}; known: models, datasets, losses, "
-                             "calibrators, metrics, optimizers")
-        _REGISTRIES[kind] = reg
-    return _REGISTRIES[kind]
-
-
-class _Lazy:
-    """Module attribute that looks a registry up on first use."""
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(registry(self.kind), attr)
-
-    def __contains__(self, name: object) -> bool:
-        return name in registry(self.kind)
-
-
-MODELS: Any = _Lazy("models")
-DATASETS: Any = _Lazy("datasets")
-LOSSES: Any = _Lazy("losses")
-CALIBRATORS: Any = _Lazy("calibrators")
-METRICS: Any = _Lazy("metrics")

@@ -489,7 +489,7 @@ def _parse_sections(doc: Mapping[str, Any], label: str) -> dict[str, _Spec]:
 
 def _resolve_factory(section: str, name: Any, where: str) -> Any:
     """The factory a section's fixed ``name`` stands for (imports an import string)."""
-    from raysearch.registry import registry
+    from raysearch.registries import registry
 
     kind = {"model": "models", "data": "datasets", "optimizer": "optimizers"}[section]
     if kind == "optimizers":

@@ -215,7 +215,7 @@ def prepare_data(space: SearchSpace, settings: SweepSettings, say: Callable[[str
         ValueError: (``DatasetError`` included) one line naming what is wrong.
     """
     from raysearch.optim import check_optimizer, optimizer_class
-    from raysearch.registry import RegistryError, registry
+    from raysearch.registries import metric_functions, registry
     from raysearch.tasks import task_for
     from raysearch.training import (
         build_run_loss,
@@ -272,15 +272,7 @@ def prepare_data(space: SearchSpace, settings: SweepSettings, say: Callable[[str
         if once(run.optimizer):
             check_optimizer(run.optimizer)
             objects.append(optimizer_class(run.optimizer.name))
-    for name in settings.metrics:
-        try:
-            fn = registry("metrics").get(name, components=components.get("metrics"))
-        except RegistryError as exc:
-            raise ValueError(str(exc)) from None
-        if not callable(fn):
-            raise ValueError(f"metric {name!r} is a {type(fn).__name__}, expected a function "
-                             "fn(probs, labels) -> float")
-        objects.append(fn)
+    objects.extend(metric_functions(settings.metrics, components).values())
     for name in settings.posthoc:
         objects.append(registry("calibrators").get(name))
     weights = cfg.model.pretrained
@@ -299,12 +291,8 @@ def prepare_data(space: SearchSpace, settings: SweepSettings, say: Callable[[str
 
 
 def _factory(kind: str, name: Any, components: dict[str, dict[str, Any]]) -> Any:
-    from raysearch.registry import RegistryError, registry
-
-    try:
-        return registry(kind).get(name, components=components.get(kind))
-    except RegistryError as exc:
-        raise ValueError(str(exc)) from None
+    from raysearch.registries import registry
+    return registry(kind).get(name, components=components.get(kind))
 
 
 def _takes(factory: Any, key: str) -> bool:

@@ -38,6 +38,7 @@ from raysearch.loop import (
     numpy_logits,
     predict_source,
 )
+from raysearch.metrics import CALIBRATED_KEYS, DENSE_KEYS, SUMMARY_KEYS
 
 if TYPE_CHECKING:
     from raysearch.config import RunConfig
@@ -49,14 +50,7 @@ __all__ = ["CALIBRATED_KEYS", "CLASS_IOU", "CONFIDENCE_PLOT", "DENSE_KEYS", "LOG
 
 logger = logging.getLogger(__name__)
 
-#: Metric names of :func:`raysearch.metrics.calibration_summary`, reported as ``val_*``/``test_*``.
-SUMMARY_KEYS = ("accuracy", "ece", "aece", "cece", "mce", "nll", "brier")
-#: Metrics of a segmentation split (:class:`raysearch.metrics.CalibrationMeter`), logged as
-#: ``{split}_{key}``; the calibrated (temperature-scaled) ones as ``test_{key}_ts``.
-DENSE_KEYS = ("accuracy", "miou", "ece", "aece", "cece", "mce", "nll", "brier", "ece_released")
-_DENSE_TS_KEYS = ("accuracy", "ece", "aece", "cece", "mce", "nll", "brier")
-#: Metrics a trial also logs after each post-hoc calibrator, as ``{split}_{key}_{calibrator}``.
-CALIBRATED_KEYS = (*SUMMARY_KEYS, "ks")
+_DENSE_TS_KEYS = SUMMARY_KEYS
 
 #: Parquet file (in the final checkpoint and the MLflow run) with val/test logits and labels.
 LOGITS_FILE = "logits.parquet"

@@ -1252,7 +1252,8 @@ def requirements(config: dict[str, Any], metrics: str = "") -> dict[str, Any]:
 
 def _plugin_packages(config: dict[str, Any], names: list[Any]) -> dict[str, str]:
     """``{distribution: version}`` of the installed plug-ins behind a config's short names."""
-    from raysearch.registry import BUILT_IN, is_import_string, registry
+    from raysearch.registries import registry
+    from raysearch.registry import BUILT_IN, is_import_string
 
     kinds = {"loss": "losses", "model": "models", "data": "datasets", "optimizer": "optimizers"}
     pairs = [(kinds[s], config[s].get("name")) for s in kinds
@@ -1354,23 +1355,15 @@ def train_and_log(cfg: RunConfig, *, tracking_uri: str | None = None,
     """
     import torch
 
-    from raysearch.config import metric_name
     from raysearch.optim import check_optimizer
-    from raysearch.registry import RegistryError, registry
+    from raysearch.registries import metric_functions
     from raysearch.tasks import task_for
     from raysearch.training import build_run_loss, check_run_model, fit, load_run_data
 
     components = components or {}
     if isinstance(metrics, str):
         metrics = [m for m in metrics.split(",") if m]
-    metric_fns = {}
-    for spec in metrics or ():
-        try:
-            fn = spec if callable(spec) else registry("metrics").get(
-                spec, components=components.get("metrics"))
-        except RegistryError as exc:
-            raise ValueError(str(exc)) from None
-        metric_fns[metric_name(spec)] = fn
+    metric_fns = metric_functions(metrics or (), components)
     data = load_run_data(cfg, components=components)  # bad input fails before MLflow
     task = task_for(data)
     check_run_model(cfg, data, components=components)

@@ -34,6 +34,7 @@ import torch
 from ray import tune
 
 from raysearch.config import RunConfig
+from raysearch.registries import metric_functions
 from raysearch.spaces import SearchSpace
 from raysearch.tasks import (  # noqa: F401 (file names re-exported for the tracking callback)
     CLASS_IOU,
@@ -288,26 +289,6 @@ def user_components(code_paths: tuple[str, ...] = (),
     return cloudpickle.loads(components)
 
 
-def metric_functions(specs: tuple[str, ...],
-                     components: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """``{name: fn}`` of a user's metric functions (import strings or API labels).
-
-    Raises:
-        ValueError: if one does not import.
-    """
-    from raysearch.config import metric_name
-    from raysearch.registry import RegistryError, registry
-
-    out = {}
-    for spec in specs:
-        try:
-            out[metric_name(spec)] = registry("metrics").get(
-                spec, components=components.get("metrics"))
-        except RegistryError as exc:
-            raise ValueError(str(exc)) from None
-    return out
-
-
 class _Stop(Exception):  # noqa: N818 (control flow, not an error)
     """Tune stopped a DDP trial: every rank leaves fit() at the same epoch boundary."""
 
@@ -376,7 +357,7 @@ def _train_and_report(cfg: RunConfig, resume_bytes: bytes | None, options: dict[
 
     try:
         components = user_components(options.get("code_paths", ()), options.get("components"))
-        metric_fns = metric_functions(options.get("metrics", ()), components)
+        metric_fns = metric_functions(options.get("metrics", ()), components)  # (registries)
         data = load_run_data(cfg, components=components)
         result = fit(cfg, on_epoch=on_epoch, resume=resume, device=device,
                      precision=options["precision"], num_workers=num_workers, data=data,

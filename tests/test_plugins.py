@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from raysearch.cli import main
 from raysearch.losses import build_loss, loss_parameters
 from raysearch.models import build_model
+from raysearch.registries import registry
 from raysearch.registry import (
     ENTRY_POINT_GROUPS,
     Registry,
@@ -21,7 +22,6 @@ from raysearch.registry import (
     import_object,
     is_import_string,
     object_label,
-    registry,
 )
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tabular_calib"
@@ -183,7 +183,7 @@ def test_a_plugin_installed_with_pip_target_is_found_by_its_entry_point_names(tm
     assert "tabular_mlp" in listed.stdout
     assert "tabular-calib 0.1.0" in listed.stdout
     probe = subprocess.run([sys.executable, "-c", textwrap.dedent("""
-        from raysearch.registry import registry
+        from raysearch.registries import registry
         from raysearch.models import build_model
         from raysearch.data import load_dataset
         data = load_dataset("synthetic_table", n_samples=400, n_features=6)

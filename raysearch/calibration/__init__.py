@@ -41,7 +41,7 @@ from raysearch.calibration.temperature import (
     TemperatureScaling,
     TemperatureScalingSBECE,
 )
-from raysearch.registry import Registry, RegistryError, object_label
+from raysearch.registry import Registry, object_label
 
 _CALIBRATORS: dict[str, type[Calibrator]] = {
     "ts": TemperatureScaling,
@@ -88,10 +88,7 @@ def available_calibrators() -> list[str]:
 
 
 def _calibrator_class(name: Any) -> Any:
-    try:
-        return CALIBRATOR_REGISTRY.get(name)
-    except RegistryError as exc:
-        raise ValueError(str(exc)) from None
+    return CALIBRATOR_REGISTRY.get(name)
 
 
 def _is_builtin(target: Any) -> bool:

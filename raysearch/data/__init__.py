@@ -51,7 +51,6 @@ from raysearch.data.splits import (
 )
 from raysearch.registry import (
     Registry,
-    RegistryError,
     accepted_keywords,
     check_keywords,
     object_label,
@@ -155,10 +154,7 @@ def available_datasets() -> list[str]:
 
 def _check_name(name: str) -> None:
     if name not in _DATASETS:
-        try:
-            DATASET_REGISTRY.get(name)
-        except RegistryError as exc:
-            raise ValueError(str(exc)) from None
+        DATASET_REGISTRY.get(name)  # an unknown name: the registry's error, with suggestions
         raise ValueError(f"dataset {name!r} is not a built-in dataset")
 
 
@@ -174,10 +170,7 @@ def dataset_factory(name: Any) -> Callable[..., DatasetSplits]:
         ValueError: for an unknown name (with the closest ones) or an import string that does
             not import.
     """
-    try:
-        return DATASET_REGISTRY.get(name)
-    except RegistryError as exc:
-        raise ValueError(str(exc)) from None
+    return DATASET_REGISTRY.get(name)
 
 
 def dataset_defaults(name: str) -> dict[str, float | None]:

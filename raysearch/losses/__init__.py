@@ -44,7 +44,7 @@ from raysearch.losses.soft_calibration import (
     SoftAvUC,
     SoftBinnedECE,
 )
-from raysearch.registry import Registry, RegistryError, accepted_keywords, object_label
+from raysearch.registry import Registry, accepted_keywords, object_label
 
 _LOSSES: dict[str, type[nn.Module]] = {
     "ce": CrossEntropy,
@@ -107,10 +107,7 @@ def _loss_class(name: Any) -> Any:
         ValueError: if ``name`` is not registered and not an importable import string; the
             message gives the closest names and lists the registered ones.
     """
-    try:
-        return LOSS_REGISTRY.get(name)
-    except RegistryError as exc:
-        raise ValueError(str(exc)) from None
+    return LOSS_REGISTRY.get(name)
 
 
 def loss_label(name: Any) -> str:

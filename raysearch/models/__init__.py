@@ -65,7 +65,7 @@ from raysearch.models.small import MLP, SmallCNN
 from raysearch.models.text import GlobalPoolingCNN, build_gpool_cnn, load_glove
 from raysearch.models.torchvision_models import TORCHVISION_PREFIX, torchvision_factory
 from raysearch.models.wide_resnet import WRN28_10
-from raysearch.registry import Registry, RegistryError, check_keywords, object_label
+from raysearch.registry import Registry, check_keywords, object_label
 
 __all__ = [
     "BackboneLoadSummary",
@@ -209,10 +209,7 @@ def model_factory(name: Any) -> Callable[..., nn.Module]:
         ValueError: for an unknown name (with the closest ones) or an import string that does
             not import.
     """
-    try:
-        return MODEL_REGISTRY.get(name)
-    except RegistryError as exc:
-        raise ValueError(str(exc)) from None
+    return MODEL_REGISTRY.get(name)
 
 
 def build_model(
