@@ -193,3 +193,14 @@ def test_sweep_settings_are_typed_and_take_resources_flat_or_in_a_section():
     mine.validate()
     assert mine.objective_metrics() == ("val_sharpness", "max")
     assert mine.ece_key == "val_sharpness"
+
+
+def test_the_api_names_stay_callable_once_the_engine_is_imported():
+    """`raysearch.sweep` is the API function, not a module that importing it would shadow."""
+    import raysearch
+    import raysearch.sweep_engine  # noqa: F401 (what a sweep imports)
+
+    assert callable(raysearch.sweep)
+    assert callable(raysearch.train)
+    assert raysearch.SweepResult is raysearch.sweep_engine.SweepResult
+    assert raysearch.sweep.__module__ == "raysearch.api"
