@@ -319,12 +319,9 @@ def _user_code(objects: list[Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(dict.fromkeys(paths)), tuple(modules)
 
 
-_RAY_JOB_ENV = RAY_JOB_ENV
-
-
 def in_ray_job() -> bool:
     """True when this process is a Ray Job's entrypoint (its cwd is a temporary copy)."""
-    return _RAY_JOB_ENV in os.environ
+    return RAY_JOB_ENV in os.environ
 
 
 def is_remote_address(address: str | None) -> bool:
