@@ -43,8 +43,10 @@ def _name_of(value: Any, kind: str, components: dict[str, dict[str, Any]]) -> st
     if value is None or isinstance(value, str):
         return value
     if not callable(value):
-        raise ValueError(f"{kind[:-1]} must be a name, an import string package.module:attr "
-                         f"or a callable, got {value!r}")
+        from raysearch.registries import registry
+
+        raise ValueError(f"{registry(kind).noun} must be a name, an import string "
+                         f"package.module:attr or a callable, got {value!r}")
     label = object_label(value)
     components.setdefault(kind, {})[label] = value
     return label

@@ -169,6 +169,28 @@ def _as_float(name: str, value: Any) -> float:
     return float(value)
 
 
+def _bounded(name: str, value: Any, *, low: float, high: float | None = None,
+             low_open: bool = False, high_open: bool = False, integer: bool = False,
+             optional: bool = False, note: str = "") -> Any:
+    """`value` as an int or a float within its bounds, or a ValueError naming `name`.
+
+    The message states the range as written in the field's docs: ``must be >= 0``, ``must be
+    > 0``, ``must be in (0, 1]``, with `note` after it.
+    """
+    if value is None and optional:
+        return None
+    value = _as_int(name, value) if integer else _as_float(name, value)
+    too_low = value <= low if low_open else value < low
+    too_high = high is not None and (value >= high if high_open else value > high)
+    if too_low or too_high:
+        if high is None:
+            wanted = f"{'>' if low_open else '>='} {low}"
+        else:
+            wanted = f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        raise ValueError(f"`{name}` must be {wanted}{note}, got {value}")
+    return value
+
+
 def _name(section: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"`name` of the {section} must be a non-empty string (a registered "
@@ -180,6 +202,14 @@ class Section(BaseModel):
     """Base of every section: unknown keys are an error; assignments are validated."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    #: Numeric fields and their bounds (:func:`_bounded`'s keywords), checked on input.
+    _BOUNDS: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _check_bounds(cls, value: Any, info: Any) -> Any:
+        spec = cls._BOUNDS.get(info.field_name)
+        return value if spec is None else _bounded(info.field_name, value, **spec)
 
     def __setattr__(self, name: str, value: Any) -> None:
         try:
@@ -248,6 +278,10 @@ class ModelConfig(_Factory):
     """
 
     _what: ClassVar[str] = "model"
+    _BOUNDS: ClassVar[dict[str, dict[str, Any]]] = {
+        "freeze_backbone_epochs": {"low": 0, "integer": True},
+        "head_lr": {"low": 0, "low_open": True, "optional": True, "note": " (or null)"},
+    }
     name: str = DEFAULT_MODEL
     pretrained: str | None = None
     freeze_backbone_epochs: int = 0
@@ -262,20 +296,6 @@ class ModelConfig(_Factory):
                              f"got {value!r}")
         return value
 
-    @field_validator("freeze_backbone_epochs", mode="before")
-    @classmethod
-    def _check_freeze(cls, value: Any) -> int:
-        value = _as_int("freeze_backbone_epochs", value)
-        if value < 0:
-            raise ValueError(f"`freeze_backbone_epochs` must be >= 0, got {value}")
-        return value
-
-    @field_validator("head_lr", mode="before")
-    @classmethod
-    def _check_head_lr(cls, value: Any) -> Any:
-        if value is not None and (not _is_number(value) or not value > 0):
-            raise ValueError(f"`head_lr` must be a number > 0 or null, got {value!r}")
-        return None if value is None else float(value)
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:
@@ -283,6 +303,14 @@ class ModelConfig(_Factory):
             raise ValueError("give either `pretrained` (the whole model) or "
                              "`pretrained_backbone` (a segmentation backbone), not both")
         return self
+
+
+#: Bounds of the built-in datasets' common keyword arguments (``data.params``).
+_DATA_PARAM_BOUNDS: dict[str, dict[str, Any]] = {
+    "test_fraction": {"low": 0, "high": 1, "low_open": True, "high_open": True},
+    "imbalance_ratio": {"low": 1, "note": " (n_max / n_min)"},
+    "crop_size": {"low": 16, "integer": True},
+}
 
 
 class DataConfig(_Factory):
@@ -302,21 +330,16 @@ class DataConfig(_Factory):
     """
 
     _what: ClassVar[str] = "data"
+    _BOUNDS: ClassVar[dict[str, dict[str, Any]]] = {
+        "val_fraction": {"low": 0, "high": 1, "low_open": True, "high_open": True,
+                         "optional": True},
+    }
     name: str = DEFAULT_DATASET
     dir: str | None = None
     val_fraction: float | None = None
     seed: int | None = None
 
 
-    @field_validator("val_fraction", mode="before")
-    @classmethod
-    def _check_fraction(cls, value: Any) -> Any:
-        if value is None:
-            return None
-        value = _as_float("val_fraction", value)
-        if not 0 < value < 1:
-            raise ValueError(f"`val_fraction` must be in (0, 1), got {value}")
-        return value
 
     @field_validator("seed", mode="before")
     @classmethod
@@ -333,18 +356,7 @@ class DataConfig(_Factory):
             value = self.params.get(key)
             if value is None:
                 continue
-            if key == "crop_size":
-                value = _as_int(key, value)
-                if value < 16:
-                    raise ValueError(f"`crop_size` must be >= 16, got {value}")
-            else:
-                value = _as_float(key, value)
-                if key == "test_fraction" and not 0 < value < 1:
-                    raise ValueError(f"`test_fraction` must be in (0, 1), got {value}")
-                if key == "imbalance_ratio" and value < 1:
-                    raise ValueError(f"`imbalance_ratio` must be >= 1 (n_max / n_min), "
-                                     f"got {value}")
-            self.params[key] = value
+            self.params[key] = _bounded(key, value, **_DATA_PARAM_BOUNDS[key])
         test = self.params.get("test_fraction")
         if self.val_fraction is not None and test is not None and self.val_fraction + test >= 1:
             raise ValueError("`val_fraction` + `test_fraction` must be < 1, got "
@@ -366,35 +378,22 @@ class OptimizerConfig(_Factory):
     """
 
     _what: ClassVar[str] = "optimizer"
+    _BOUNDS: ClassVar[dict[str, dict[str, Any]]] = {
+        "lr": {"low": 0, "low_open": True},
+        "weight_decay": {"low": 0},
+    }
     name: str = "sgd"
     lr: float = 0.05
     weight_decay: float = 5e-4
 
 
-    @field_validator("lr", mode="before")
-    @classmethod
-    def _check_lr(cls, value: Any) -> float:
-        value = _as_float("lr", value)
-        if value <= 0:
-            raise ValueError(f"`lr` must be > 0, got {value}")
-        return value
-
-    @field_validator("weight_decay", mode="before")
-    @classmethod
-    def _check_wd(cls, value: Any) -> float:
-        value = _as_float("weight_decay", value)
-        if value < 0:
-            raise ValueError(f"`weight_decay` must be >= 0, got {value}")
-        return value
 
     @model_validator(mode="after")
     def _check_momentum(self) -> OptimizerConfig:
         momentum = self.params.get("momentum")
         if momentum is not None:
-            momentum = _as_float("momentum", momentum)
-            if not 0 <= momentum < 1:
-                raise ValueError(f"`momentum` must be in [0, 1), got {momentum}")
-            self.params["momentum"] = momentum
+            self.params["momentum"] = _bounded("momentum", momentum, low=0, high=1,
+                                               high_open=True)
         nesterov = self.params.get("nesterov")
         if nesterov is not None and not isinstance(nesterov, bool):
             raise ValueError(f"`nesterov` must be true or false, got {nesterov!r}")
@@ -423,6 +422,10 @@ class ScheduleConfig(Section):
         warmup_epochs: linear warm-up from lr/10 to lr over this many epochs (0: none).
     """
 
+    _BOUNDS: ClassVar[dict[str, dict[str, Any]]] = {
+        "lr_decay": {"low": 0, "high": 1, "low_open": True},
+        "warmup_epochs": {"low": 0, "integer": True},
+    }
     name: str = "cosine"
     milestones: str = ""
     lr_decay: float = 0.1
@@ -440,21 +443,6 @@ class ScheduleConfig(Section):
     def _check_milestones(cls, value: Any) -> str:
         return _milestones_text(value)
 
-    @field_validator("lr_decay", mode="before")
-    @classmethod
-    def _check_decay(cls, value: Any) -> float:
-        value = _as_float("lr_decay", value)
-        if not 0 < value <= 1:
-            raise ValueError(f"`lr_decay` must be in (0, 1], got {value}")
-        return value
-
-    @field_validator("warmup_epochs", mode="before")
-    @classmethod
-    def _check_warmup(cls, value: Any) -> int:
-        value = _as_int("warmup_epochs", value)
-        if value < 0:
-            raise ValueError(f"`warmup_epochs` must be >= 0, got {value}")
-        return value
 
     @model_validator(mode="after")
     def _needs_milestones(self) -> ScheduleConfig:
@@ -511,8 +499,15 @@ class RunConfig(Section):
     interleaved: bool = False
     interleave_fraction: float = 0.1
 
-    _INT_MIN: ClassVar[dict[str, int]] = {"epochs": 1, "batch_size": 1, "seed": 0,
-                                          "ece_bins": 1}
+    _BOUNDS: ClassVar[dict[str, dict[str, Any]]] = {
+        "epochs": {"low": 1, "integer": True},
+        "batch_size": {"low": 1, "integer": True},
+        "seed": {"low": 0, "integer": True},
+        "ece_bins": {"low": 1, "integer": True},
+        "mixup_alpha": {"low": 0, "note": " (0 = off)"},
+        "cutmix_alpha": {"low": 0, "note": " (0 = off)"},
+        "interleave_fraction": {"low": 0, "high": 1, "low_open": True, "high_open": True},
+    }
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -530,36 +525,12 @@ class RunConfig(Section):
             return flat_to_sections(data)
         return data
 
-    @field_validator("epochs", "batch_size", "seed", "ece_bins", mode="before")
-    @classmethod
-    def _check_ints(cls, value: Any, info: Any) -> int:
-        value = _as_int(info.field_name, value)
-        low = cls._INT_MIN[info.field_name]
-        if value < low:
-            raise ValueError(f"`{info.field_name}` must be >= {low}, got {value}")
-        return value
-
-    @field_validator("mixup_alpha", "cutmix_alpha", mode="before")
-    @classmethod
-    def _check_alpha(cls, value: Any, info: Any) -> float:
-        value = _as_float(info.field_name, value)
-        if value < 0:
-            raise ValueError(f"`{info.field_name}` must be >= 0 (0 = off), got {value}")
-        return value
-
     @field_validator("interleaved", mode="before")
     @classmethod
     def _check_interleaved(cls, value: Any) -> bool:
         if not isinstance(value, bool):
             raise ValueError(f"`interleaved` must be true or false, got {value!r}")
         return value
-
-    @field_validator("interleave_fraction", mode="before")
-    @classmethod
-    def _check_interleave_fraction(cls, value: Any) -> float:
-        if not _is_number(value) or not 0 < value < 1:
-            raise ValueError(f"`interleave_fraction` must be in (0, 1), got {value!r}")
-        return float(value)
 
     def __getattr__(self, name: str) -> Any:
         # the flat fields of earlier versions, read-only (``cfg.method``, ``cfg.lr``,
@@ -800,35 +771,19 @@ class Resources(Section):
         precision: ``auto`` (bf16 autocast on a GPU, fp32 on the CPU), ``bf16`` or ``fp32``.
     """
 
+    _BOUNDS: ClassVar[dict[str, dict[str, Any]]] = {
+        "cpus_per_trial": {"low": 0, "low_open": True},
+        "gpus_per_trial": {"low": 0},
+        "workers_per_trial": {"low": 1, "integer": True},
+        "cpus_per_worker": {"low": 0, "low_open": True},
+        "gpus_per_worker": {"low": 0},
+    }
     cpus_per_trial: float = 1.0
     gpus_per_trial: float = 0.0
     workers_per_trial: int = 1
     cpus_per_worker: float = 1.0
     gpus_per_worker: float = 0.0
     precision: str = "auto"
-
-    @field_validator("cpus_per_trial", "cpus_per_worker", mode="before")
-    @classmethod
-    def _positive(cls, value: Any, info: Any) -> float:
-        value = _as_float(info.field_name, value)
-        if not value > 0:
-            raise ValueError(f"`{info.field_name}` must be > 0, got {value}")
-        return value
-
-    @field_validator("gpus_per_trial", "gpus_per_worker", mode="before")
-    @classmethod
-    def _gpus(cls, value: Any, info: Any) -> float:
-        value = _as_float(info.field_name, value)
-        if not value >= 0:
-            raise ValueError(f"`{info.field_name}` must be >= 0, got {value}")
-        return value
-
-    @field_validator("workers_per_trial", mode="before")
-    @classmethod
-    def _workers(cls, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"`workers_per_trial` must be an int >= 1, got {value!r}")
-        return value
 
     @field_validator("precision", mode="before")
     @classmethod

@@ -357,7 +357,7 @@ def _train_and_report(cfg: RunConfig, resume_bytes: bytes | None, options: dict[
 
     try:
         components = user_components(options.get("code_paths", ()), options.get("components"))
-        metric_fns = metric_functions(options.get("metrics", ()), components)  # (registries)
+        metric_fns = metric_functions(options.get("metrics", ()), components)
         data = load_run_data(cfg, components=components)
         result = fit(cfg, on_epoch=on_epoch, resume=resume, device=device,
                      precision=options["precision"], num_workers=num_workers, data=data,
