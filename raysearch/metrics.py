@@ -24,8 +24,10 @@ Binning rules (shared by every binned metric through one helper):
 
 Empty bins contribute nothing. Metrics with names used in Tune/MLflow (``{split}_{metric}``) are
 gathered by :func:`calibration_summary` and, for the estimators of the soft-calibration paper's
-appendix, :func:`estimator_summary`. :class:`CalibrationMeter` accumulates the same metrics
-batch by batch in constant memory, for outputs too large to hold (segmentation pixels).
+appendix, :func:`estimator_summary`; every column of the five papers' result tables
+(:data:`TABLE_KEYS`, with the paper column each one reproduces) by :func:`table_summary`.
+:class:`CalibrationMeter` accumulates the same metrics batch by batch in constant memory,
+for outputs too large to hold (segmentation pixels).
 
 References:
     Naeini, Cooper and Hauskrecht, "Obtaining Well Calibrated Probabilities Using Bayesian
@@ -73,6 +75,7 @@ __all__ = [
     "NORMS",
     "ReliabilityBins",
     "SUMMARY_KEYS",
+    "TABLE_KEYS",
     "accuracy",
     "adaptive_ece",
     "average_confidence",
@@ -92,6 +95,7 @@ __all__ = [
     "reliability_bins",
     "softmax",
     "sweep_ece",
+    "table_summary",
     "underconfidence",
 ]
 
@@ -100,8 +104,67 @@ SUMMARY_KEYS = ("accuracy", "ece", "aece", "cece", "mce", "nll", "brier")
 #: Metrics of a segmentation split (:class:`CalibrationMeter`), logged as ``{split}_{key}``;
 #: the temperature-scaled ones (:data:`SUMMARY_KEYS`) as ``test_{key}_ts``.
 DENSE_KEYS = ("accuracy", "miou", "ece", "aece", "cece", "mce", "nll", "brier", "ece_released")
-#: Metrics a trial also logs after each post-hoc calibrator, as ``{split}_{key}_{calibrator}``.
-CALIBRATED_KEYS = (*SUMMARY_KEYS, "ks")
+#: Metrics behind every column of the five papers' result tables (:func:`table_summary`), logged
+#: by every classification trial on the final model as ``{split}_{key}`` and after each post-hoc
+#: calibrator as ``{split}_{key}_{calibrator}``.
+TABLE_KEYS = (
+    "accuracy",
+    "ece",
+    "ece_100",
+    "aece",
+    "cece",
+    "mce",
+    "nll",
+    "overconfidence",
+    "underconfidence",
+    "average_confidence",
+    "ece_l2em",
+    "marginal_ece",
+    "ks",
+    "sweep_ce",
+)
+r"""Paper table column -> metric name -> definition.
+
+``M`` is the trial's ``ece_bins`` (15 by default, the papers' 15 bins); every value is a fraction
+in [0, 1] except ``nll`` (nats). docs/metrics.md holds the same table.
+
+* ``accuracy``: "ACC" / "Acc." / "Accuracy" (ACLS Tables 3, B; MbLS Table 2; ALS Tables 1-3, 5, 6;
+  SC Tables 4-6; SCTL Tables 1, 2, in parentheses): top-1 accuracy, :func:`accuracy`.
+* ``ece``: "ECE" with 15 bins (ACLS Tables 3-6, A, B; MbLS Tables 1, 3, 7; SCTL Tables 1-3),
+  "ECE 15" (ALS Tables 2, 3, 5, 6): :func:`ece`, M equal-width bins, l1.
+* ``ece_100``: "ECE 100" (ALS Tables 2, 3, 5, 6): :func:`ece`, 100 equal-width bins, l1.
+* ``aece``: "AECE" with 15 bins (ACLS Tables 3-6, B; MbLS Tables 1, 3): :func:`adaptive_ece`,
+  M equal-mass bins, l1.
+* ``cece``: no table column of the five papers (SCTL reports ECE and accuracy only); the
+  class-wise ECE of Kull et al. (NeurIPS 2019) that SCTL's per-class losses aim at:
+  :func:`classwise_ece`, M equal-width bins.
+* ``mce``: "MCE" (ALS Tables 2, 3, 5, 6): :func:`mce`, M equal-width bins.
+* ``nll``: "Log-loss" (ALS Tables 5, 6): :func:`nll`, eps 1e-12.
+* ``overconfidence``: "O.conf" (ALS Tables 1-3, 5, 6; Sec. 4.2, o(f) = E[c | wrong]):
+  :func:`overconfidence`, ``definition="conditional"`` (NaN if no prediction is wrong).
+* ``underconfidence``: "U.conf" (ALS Tables 1-3, 5, 6; Sec. 4.2, u(f) = E[1 - c | right]):
+  :func:`underconfidence`, ``definition="conditional"`` (NaN if no prediction is right).
+* ``average_confidence``: "A.conf" (ALS Tables 1, 5, 6): :func:`average_confidence`.
+* ``ece_l2em``: "ECE" (SC Tables 1, 2, 4-6; l2 norm, equal-mass bins, 15 bins): :func:`ece`,
+  M equal-mass bins, l2.
+* ``marginal_ece``: "Marginal ECE" (SC Table 6; l2 norm, equal-mass bins): :func:`marginal_ece`,
+  M equal-mass bins, l2.
+* ``ks``: "KS-Error" (SC Table 4): :func:`ks_error`.
+* ``sweep_ce``: "mean-sweep CE" (SC Table 4; l2 norm, equal-mass bins): :func:`sweep_ece`,
+  l2, equal-mass.
+
+Papers: ACLS (Park et al., ICCV 2023), MbLS (Liu et al., CVPR 2022), ALS (Krothapalli and
+Abbott, "Adaptive Label Smoothing", arXiv:2009.06432), SC (Karandikar et al., "Soft Calibration
+Objectives for Neural Networks", NeurIPS 2021), SCTL (Jung et al., "Scaling of Class-wise
+Training Losses for Post-hoc Calibration", ICML 2023). A column measured after post-hoc
+calibration (MbLS Table 7 "PosT"; SC Tables 1, 2 "TS" and "TS-SB-ECE"; SCTL Tables 1, 2 TS,
+ETS, CTS, PTS) is the same name with the calibrator's suffix: ``test_ece_ts``,
+``test_ece_l2em_ts``, ``test_ece_l2em_ts_sbece``. SC Table 3's train-set ECE (l1,
+equal-width) is ``ece`` of training outputs, which trials do not log.
+"""
+#: Metrics a trial also logs after each post-hoc calibrator, as ``{split}_{key}_{calibrator}``:
+#: :data:`SUMMARY_KEYS`, then the rest of :data:`TABLE_KEYS`.
+CALIBRATED_KEYS = (*SUMMARY_KEYS, *(key for key in TABLE_KEYS if key not in SUMMARY_KEYS))
 
 #: Binning schemes of :func:`ece`.
 BINNINGS = ("equal_width", "equal_mass")
@@ -989,16 +1052,21 @@ def ks_error(probs: Any, labels: Any) -> float:
     return _ks(conf, hits)
 
 
+def _conditional_confidence(conf: np.ndarray, hits: np.ndarray, over: bool) -> float:
+    """Mean confidence of the misses (`over`) or mean uncertainty of the hits; NaN if none."""
+    selected = ~hits if over else hits
+    if not selected.any():
+        return float("nan")
+    values = conf[selected].astype(np.float64)
+    return float(np.mean(values if over else 1.0 - values))
+
+
 def _confidence_error(probs: Any, labels: Any, n_bins: int, definition: str, over: bool) -> float:
     n_bins = _check_n_bins(n_bins)
     _check_choice("definition", definition, CONFIDENCE_DEFINITIONS)
     p, y, conf, hits = _validate_top1(probs, labels)
     if definition == "conditional":
-        selected = ~hits if over else hits
-        if not selected.any():
-            return float("nan")
-        values = conf[selected].astype(np.float64)
-        return float(np.mean(values if over else 1.0 - values))
+        return _conditional_confidence(conf, hits, over)
     counts, conf_sums, hit_sums = _bin_sums(conf, hits, n_bins, "equal_width")
     accuracy_b, confidence_b = _bin_means(counts, conf_sums, hit_sums)
     filled = counts > 0
@@ -1631,6 +1699,70 @@ def estimator_summary(probs: Any, labels: Any, n_bins: int = 15) -> dict[str, fl
         "marginal_ece": _marginal_ece(p, y, n_bins, "equal_mass", "l2"),
         "ks": _ks(conf, hits),
     }
+
+
+#: Number of equal-width bins of ``ece_100`` (the "ECE 100" column of the objectness paper).
+_ECE_100_BINS = 100
+
+
+def table_summary(
+    probs: Any, labels: Any, n_bins: int = 15, keys: tuple[str, ...] = TABLE_KEYS
+) -> dict[str, float]:
+    """The metrics of the papers' result tables (:data:`TABLE_KEYS`), validated once.
+
+    Every value equals the public function the docstring of :data:`TABLE_KEYS` names, called on
+    the same inputs with ``n_bins`` where it bins (``ece_100``: 100 bins whatever ``n_bins``).
+    Only the asked ``keys`` are computed, so a caller that already has some (e.g. from
+    :func:`calibration_summary`) pays only for the rest. ``brier`` may be asked for too (all
+    of :data:`CALIBRATED_KEYS` are accepted).
+
+    Args:
+        probs: (N, K) float probabilities, NumPy array or torch tensor; rows sum to 1.
+        labels: (N,) integer class indices in [0, K).
+        n_bins: number of bins M >= 1 of the binned metrics other than ``ece_100``. Defaults to
+            ``15`` (the papers' 15 bins).
+        keys: names from :data:`CALIBRATED_KEYS`, in the order wanted. Defaults to
+            :data:`TABLE_KEYS`.
+
+    Returns:
+        Dict ``{key: float}`` in the order of ``keys``: fractions in [0, 1] (``nll`` in nats,
+        ``brier`` in [0, 2]); ``overconfidence`` / ``underconfidence`` are NaN when no
+        prediction is wrong / right.
+
+    Raises:
+        TypeError: if ``n_bins`` is not an integer or ``probs`` does not hold real numbers.
+        ValueError: if ``n_bins`` < 1, if a key is unknown, or for invalid ``probs`` /
+            ``labels`` (see :func:`accuracy`).
+    """
+    n_bins = _check_n_bins(n_bins)
+    keys = (keys,) if isinstance(keys, str) else tuple(keys)
+    unknown = [key for key in keys if key not in CALIBRATED_KEYS]
+    if unknown:
+        raise ValueError(
+            f"unknown table metric(s) {', '.join(map(repr, unknown))}; known: "
+            f"{', '.join(CALIBRATED_KEYS)}"
+        )
+    p, y, conf, hits = _validate_top1(probs, labels)
+    compute = {
+        "accuracy": lambda: float(np.mean(hits)),
+        "ece": lambda: _ece(conf, hits, n_bins, "equal_width", "l1"),
+        "ece_100": lambda: _ece(conf, hits, _ECE_100_BINS, "equal_width", "l1"),
+        "aece": lambda: _ece(conf, hits, n_bins, "equal_mass", "l1"),
+        "cece": lambda: _classwise_ece(p, y, n_bins),
+        "mce": lambda: _ece(conf, hits, n_bins, "equal_width", "max"),
+        "nll": lambda: _nll(p, y, 1e-12),
+        "brier": lambda: _brier(p, y),
+        "overconfidence": lambda: _conditional_confidence(conf, hits, over=True),
+        "underconfidence": lambda: _conditional_confidence(conf, hits, over=False),
+        "average_confidence": lambda: float(np.mean(conf, dtype=np.float64)),
+        "ece_l2em": lambda: _ece(conf, hits, n_bins, "equal_mass", "l2"),
+        "marginal_ece": lambda: _marginal_ece(p, y, n_bins, "equal_mass", "l2"),
+        "ks": lambda: _ks(conf, hits),
+        "sweep_ce": lambda: _ece(
+            conf, hits, _sweep_n_bins(conf, hits, "equal_mass"), "equal_mass", "l2"
+        ),
+    }
+    return {key: compute[key]() for key in keys}
 
 
 # --------------------------------------------------------------------------------------------

@@ -52,13 +52,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from raysearch.metrics import (
+    CALIBRATED_KEYS,
     ReliabilityBins,
     _check_n_bins,
     _validate_probs,
-    calibration_summary,
-    ks_error,
     reliability_bins,
     softmax,
+    table_summary,
 )
 from raysearch.registry import is_import_string
 
@@ -85,8 +85,9 @@ logger = logging.getLogger(__name__)
 SPLITS = ("val", "test")
 #: Values of ``classwise_scaling`` in :func:`calibrate_outputs`.
 CLASSWISE_MODES = ("off", "on", "both")
-#: Metric columns of a :class:`CalibrationReport` (fractions; ``nll`` in nats).
-METRIC_COLUMNS = ("accuracy", "ece", "aece", "cece", "mce", "nll", "brier", "ks")
+#: Metric columns of a :class:`CalibrationReport` (fractions; ``nll`` in nats): the summary
+#: metrics and every column of the papers' tables, :data:`raysearch.metrics.CALIBRATED_KEYS`.
+METRIC_COLUMNS = CALIBRATED_KEYS
 #: Floor on probabilities before the log that turns them into logits.
 PROB_FLOOR = 1e-12
 
@@ -686,20 +687,24 @@ class CalibrationReport:
             records.append(record)
         return pd.DataFrame.from_records(records)
 
-    def as_metrics(self, split: str = "test") -> dict[str, float]:
+    def as_metrics(self, split: str = "test", *, calibrated_only: bool = False) -> dict[str, float]:
         """Flat metric names of the design: ``{split}_{metric}`` and ``{split}_{metric}_{name}``.
 
-        The uncalibrated row gives ``test_ece`` etc., a calibrator ``test_ece_ts`` (class-wise
-        scaling: ``test_ece_ts_cw``). Failed rows are left out.
+        The uncalibrated row gives ``test_ece``, ``test_ece_100`` etc., a calibrator
+        ``test_ece_ts``, ``test_ece_l2em_ts`` (class-wise scaling: ``test_ece_ts_cw``). Failed
+        rows are left out.
 
         Args:
             split: the split prefix. Defaults to ``"test"``.
+            calibrated_only: leave out the uncalibrated row. Defaults to ``False``.
 
         Returns:
             Dict of floats.
         """
         out: dict[str, float] = {}
         for row in self.rows:
+            if calibrated_only and row.method == "uncalibrated":
+                continue
             suffix = "" if row.method == "uncalibrated" else "_" + row.name.replace("+", "_")
             for name, value in row.metrics.items():
                 out[f"{split}_{name}{suffix}"] = value
@@ -759,12 +764,10 @@ def _evaluated_row(
     params: dict[str, Any],
     fit_seconds: float | None,
 ) -> CalibrationRow:
-    summary = calibration_summary(probs, labels, n_bins=n_bins)
-    summary["ks"] = ks_error(probs, labels)
     return CalibrationRow(
         method=method,
         classwise_scaling=classwise,
-        metrics={name: float(summary[name]) for name in METRIC_COLUMNS},
+        metrics=table_summary(probs, labels, n_bins=n_bins, keys=METRIC_COLUMNS),
         reliability=reliability_bins(probs, labels, n_bins=n_bins),
         params=params,
         fit_seconds=fit_seconds,
@@ -786,11 +789,12 @@ def calibrate_outputs(
     stratified split with ``fraction`` for calibration). Each method is fitted with
     ``raysearch.calibration.fit_calibrator(method, cal_logits, cal_labels,
     classwise_scaling=flag)`` (default objective) and its ``predict_proba`` of the evaluation
-    logits is measured with :func:`raysearch.metrics.calibration_summary` plus
-    :func:`raysearch.metrics.ks_error`, along with reliability bins. The uncalibrated row is
-    the softmax of the evaluation logits. A calibrator that raises ValueError, RuntimeError,
-    ArithmeticError or LinAlgError becomes a row carrying the error (logged as a warning); the
-    other rows are kept.
+    logits is measured with :func:`raysearch.metrics.table_summary` (the
+    :data:`METRIC_COLUMNS`: the summary metrics and every column of the papers' tables, e.g.
+    ``ece_100``, ``ece_l2em``, ``sweep_ce``, ``overconfidence``), along with reliability bins.
+    The uncalibrated row is the softmax of the evaluation logits. A calibrator that raises
+    ValueError, RuntimeError, ArithmeticError or LinAlgError becomes a row carrying the error
+    (logged as a warning); the other rows are kept.
 
     Args:
         outputs: loaded outputs (see :func:`load_outputs`).

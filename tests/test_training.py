@@ -11,15 +11,16 @@ from torch.utils.data import Dataset, TensorDataset
 
 from raysearch.config import RunConfig
 from raysearch.data import DatasetSplits, load_dataset
-from raysearch.metrics import ESTIMATOR_KEYS
+from raysearch.metrics import ESTIMATOR_KEYS, TABLE_KEYS
 from raysearch.trainable import load_state
 from raysearch.training import DivergedError, TrainResult, evaluate, fit
 
 SUMMARY = ("accuracy", "ece", "aece", "cece", "mce", "nll", "brier")
 EPOCH_KEYS = {"train_loss", "train_accuracy"} | {f"val_{k}" for k in SUMMARY}
-# the final model also gets the estimators of raysearch.metrics.estimator_summary
+# the final model also gets the estimators of raysearch.metrics.estimator_summary and the
+# papers' table metrics (raysearch.metrics.TABLE_KEYS)
 FINAL_KEYS = EPOCH_KEYS | {f"test_{k}" for k in SUMMARY} | {
-    f"{split}_{k}" for split in ("val", "test") for k in ESTIMATOR_KEYS}
+    f"{split}_{k}" for split in ("val", "test") for k in (*ESTIMATOR_KEYS, *TABLE_KEYS)}
 
 
 @pytest.fixture(scope="module", autouse=True)

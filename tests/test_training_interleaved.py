@@ -10,12 +10,12 @@ from torch.utils.data import TensorDataset
 from raysearch.config import RunConfig
 from raysearch.data import DatasetSplits
 from raysearch.losses.penalties import ConfidencePenalty
-from raysearch.metrics import ESTIMATOR_KEYS
+from raysearch.metrics import ESTIMATOR_KEYS, TABLE_KEYS
 from raysearch.training import _interleave_split, fit
 
 SUMMARY = ("accuracy", "ece", "aece", "cece", "mce", "nll", "brier")
 FINAL_KEYS = {"train_loss", "train_accuracy"} | {
-    f"{split}_{k}" for split in ("val", "test") for k in (*SUMMARY, *ESTIMATOR_KEYS)
+    f"{split}_{k}" for split in ("val", "test") for k in (*SUMMARY, *ESTIMATOR_KEYS, *TABLE_KEYS)
 }
 
 
