@@ -100,7 +100,8 @@ class PosthocSpace:
     def define_by_run(self, trial: optuna.Trial) -> dict[str, Any]:
         """Optuna define-by-run function: sample one configuration, conditionally.
 
-        ``loss`` is not sampled for ``ts_sbece`` (it is ``sbece``), nor when the space has no
+        ``loss`` is not sampled for a calibrator of :data:`FIXED_OBJECTIVE` (``ts_sbece``
+        fits ``sbece``, ``ts_hb_ece`` ``hbece``), nor when the space has no
         ``loss`` (the calibrator's default objective is fixed); ``epsilon`` only when the loss
         is ``ls``; ``gamma`` only when it is ``focal``.
 
@@ -120,8 +121,8 @@ class PosthocSpace:
             return spec.value
 
         calibrator = take("calibrator")
-        if calibrator == "ts_sbece":
-            fixed["loss"] = "sbece"
+        if calibrator in FIXED_OBJECTIVE:
+            fixed["loss"] = FIXED_OBJECTIVE[calibrator]
         else:
             if "loss" in self.specs:
                 loss = take("loss")
@@ -135,7 +136,7 @@ class PosthocSpace:
 
     def fit_arguments(self, config: dict[str, Any]) -> dict[str, Any]:
         """``fit_calibrator`` keywords of a trial config: name, loss, flag, loss parameters."""
-        loss = "sbece" if config["calibrator"] == "ts_sbece" else config["loss"]
+        loss = FIXED_OBJECTIVE.get(config["calibrator"], config["loss"])
         out = {
             "name": config["calibrator"],
             "loss": loss,
@@ -238,9 +239,9 @@ def load_posthoc_space(name_or_path: str | Path) -> PosthocSpace:
     if "loss" in specs:
         losses = set(specs["loss"].candidates())
     else:
-        losses = {default_objective(name) for name in calibrators - {"ts_sbece"}}
-    if calibrators == {"ts_sbece"}:
-        losses = {"sbece"}
+        losses = {default_objective(name) for name in calibrators - set(FIXED_OBJECTIVE)}
+    if calibrators <= set(FIXED_OBJECTIVE):
+        losses = {FIXED_OBJECTIVE[name] for name in calibrators}
     for key, needs in _PARAM_LOSS.items():
         if key not in doc:
             continue
@@ -256,6 +257,9 @@ def load_posthoc_space(name_or_path: str | Path) -> PosthocSpace:
         specs[key] = spec
     return PosthocSpace(name=path.stem, path=path, description=description, specs=specs)
 
+
+#: Calibrators whose objective is part of the method: ``loss`` is never sampled for them.
+FIXED_OBJECTIVE = {"ts_sbece": "sbece", "ts_hb_ece": "hbece"}
 
 class _PosthocOptunaSearch(OptunaSearch):
     """OptunaSearch telling Optuna FAIL for a trial whose calibrator rejected its config."""

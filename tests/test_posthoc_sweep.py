@@ -47,7 +47,7 @@ def test_kind_dispatch_and_training_loader_refuses_posthoc():
     [
         (
             "kind: posthoc\ncalibrator: {choices: [ts, tss]}\n",
-            r"ph.yaml: calibrator: unknown value 'tss'; allowed: cts, ets",
+            r"ph.yaml: calibrator: unknown value 'tss'; allowed: cts, dirichlet, ets",
         ),
         ("kind: posthoc\ncalibrator: ts\nloss: {choices: [nll, bce]}\n", r"ph.yaml: loss: unknown"),
         (

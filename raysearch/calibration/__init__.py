@@ -10,12 +10,15 @@ Fit one by name on a calibration (validation) set and apply it to new logits::
 Registered calibrators (``_CALIBRATORS``): ``ts`` (temperature scaling), ``ets`` (Mix-n-Match
 ensemble TS), ``cts`` (one temperature per class), ``pts`` (parameterized TS of Tomani et al., an
 MLP on the sorted top logits), ``pts_sctl`` (the PTS baseline as Jung et al.'s released code
-builds it, for reproducing their tables), ``ts_sbece`` (TS fitted on soft-binned ECE).
+builds it, for reproducing their tables), ``ts_sbece`` (TS fitted on soft-binned ECE),
+``ts_hb_ece`` (TS fitted on hard-binned ECE by a multi-resolution search, Karandikar et al.),
+``dirichlet`` (Dirichlet calibration with ODIR, Kull et al.).
 Objectives (``loss=``): ``nll``, ``mse``, ``ls`` (``epsilon``), ``focal`` (``gamma``),
-``sbece`` (``n_bins``, ``sb_temperature``, ``p``, ``binning``). Each calibrator's default
-objective is its authors' (``default_objective``): ``nll`` for ``ts``, ``cts`` and
-``pts_sctl``, ``mse`` for ``ets`` and ``pts`` (their released code), ``sbece`` for
-``ts_sbece``. ``classwise_scaling=True`` wraps any calibrator in the class-wise loss scaling of
+``sbece`` (``n_bins``, ``sb_temperature``, ``p``, ``binning``), ``hbece`` (``n_bins``,
+``binning``, ``norm``). Each calibrator's default objective is its authors'
+(``default_objective``): ``nll`` for ``ts``, ``cts``, ``pts_sctl`` and ``dirichlet``, ``mse``
+for ``ets`` and ``pts`` (their released code), ``sbece`` for ``ts_sbece``, ``hbece`` for
+``ts_hb_ece``. ``classwise_scaling=True`` wraps any calibrator in the class-wise loss scaling of
 Jung et al. (ICML 2023), by default as their released code does it (``variant="official"``).
 A new calibrator is a class in its family file plus one line in ``_CALIBRATORS``.
 """
@@ -25,6 +28,7 @@ from typing import Any
 
 from raysearch.calibration.base import Calibrator
 from raysearch.calibration.classwise import ClasswiseLossScaling
+from raysearch.calibration.dirichlet import DirichletCalibration
 from raysearch.calibration.objectives import (
     OBJECTIVES,
     CalibrationObjective,
@@ -39,6 +43,7 @@ from raysearch.calibration.temperature import (
     ClassTemperatureScaling,
     EnsembleTemperatureScaling,
     TemperatureScaling,
+    TemperatureScalingHBECE,
     TemperatureScalingSBECE,
 )
 from raysearch.registry import Registry, object_label
@@ -50,6 +55,8 @@ _CALIBRATORS: dict[str, type[Calibrator]] = {
     "pts": ParameterizedTemperatureScaling,
     "pts_sctl": SCTLParameterizedTemperatureScaling,
     "ts_sbece": TemperatureScalingSBECE,
+    "ts_hb_ece": TemperatureScalingHBECE,
+    "dirichlet": DirichletCalibration,
 }
 
 #: Built-in calibrators plus the installed plug-ins (entry-point group ``raysearch.calibrators``).
@@ -62,10 +69,12 @@ __all__ = [
     "Calibrator",
     "ClassTemperatureScaling",
     "ClasswiseLossScaling",
+    "DirichletCalibration",
     "EnsembleTemperatureScaling",
     "ParameterizedTemperatureScaling",
     "SCTLParameterizedTemperatureScaling",
     "TemperatureScaling",
+    "TemperatureScalingHBECE",
     "TemperatureScalingSBECE",
     "available_calibrators",
     "build_objective",
@@ -82,7 +91,7 @@ def available_calibrators() -> list[str]:
     """Return the registered calibrator names, sorted.
 
     Returns:
-        ``["cts", "ets", "pts", "pts_sctl", "ts", "ts_sbece"]``.
+        ``["cts", "dirichlet", "ets", "pts", "pts_sctl", "ts", "ts_hb_ece", "ts_sbece"]``.
     """
     return CALIBRATOR_REGISTRY.names()
 
@@ -98,8 +107,9 @@ def _is_builtin(target: Any) -> bool:
 def default_objective(name: str) -> str:
     """The objective a calibrator fits when ``fit_calibrator`` gets no ``loss``.
 
-    Its authors' objective: ``"nll"`` for ``ts``, ``cts`` and ``pts_sctl``, ``"mse"`` for
-    ``ets`` and ``pts`` (their released code), ``"sbece"`` for ``ts_sbece``.
+    Its authors' objective: ``"nll"`` for ``ts``, ``cts``, ``pts_sctl`` and ``dirichlet``,
+    ``"mse"`` for ``ets`` and ``pts`` (their released code), ``"sbece"`` for ``ts_sbece``,
+    ``"hbece"`` for ``ts_hb_ece``.
 
     Args:
         name: a registered calibrator name.
@@ -150,13 +160,15 @@ def fit_calibrator(
     """Build a registered calibrator and fit it on a calibration set.
 
     ``params`` are routed by name: objective parameters of ``loss`` (``epsilon`` for ``ls``,
-    ``gamma`` for ``focal``, ``n_bins``/``sb_temperature``/``p``/``binning`` for ``sbece``),
-    calibrator parameters (:func:`calibrator_parameters`, e.g. ``t_max``, PTS's ``steps``) and,
+    ``gamma`` for ``focal``, ``n_bins``/``sb_temperature``/``p``/``binning`` for ``sbece``,
+    ``n_bins``/``binning``/``norm`` for ``hbece``), calibrator parameters
+    (:func:`calibrator_parameters`, e.g. ``t_max``, PTS's ``steps``, ``reg_lambda``) and,
     with ``classwise_scaling=True``, the wrapper's ``norm``, ``variant`` (``"official"``, the
     default, or ``"paper"``), ``max_rounds``, ``tol``.
 
     Args:
-        name: ``"ts"``, ``"ets"``, ``"cts"``, ``"pts"``, ``"pts_sctl"`` or ``"ts_sbece"``.
+        name: ``"ts"``, ``"ets"``, ``"cts"``, ``"pts"``, ``"pts_sctl"``, ``"ts_sbece"``,
+            ``"ts_hb_ece"`` or ``"dirichlet"``.
         logits: (N, K) float logits (NumPy array or torch tensor), or probabilities with
             ``inputs="probs"``.
         labels: (N,) integer labels in [0, K).
@@ -164,10 +176,11 @@ def fit_calibrator(
             ``"logits"``.
         classwise_scaling: wrap the calibrator in Jung et al.'s class-wise loss scaling.
             Defaults to False.
-        loss: objective name (``"nll"``, ``"mse"``, ``"ls"``, ``"focal"``, ``"sbece"``); None
-            means the calibrator's default, its authors' objective: ``"nll"`` for ``ts``,
-            ``cts`` and ``pts_sctl``, ``"mse"`` for ``ets`` and ``pts``, ``"sbece"`` for
-            ``ts_sbece`` (which accepts no other).
+        loss: objective name (``"nll"``, ``"mse"``, ``"ls"``, ``"focal"``, ``"sbece"``,
+            ``"hbece"``); None means the calibrator's default, its authors' objective:
+            ``"nll"`` for ``ts``, ``cts``, ``pts_sctl`` and ``dirichlet``, ``"mse"`` for
+            ``ets`` and ``pts``, ``"sbece"`` for ``ts_sbece`` and ``"hbece"`` for
+            ``ts_hb_ece`` (each accepts no other).
         **params: see above.
 
     Returns:

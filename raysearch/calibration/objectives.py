@@ -1,4 +1,4 @@
-r"""Objectives minimised by the post-hoc calibrators: nll, mse, ls, focal and sbece.
+r"""Objectives minimised by the post-hoc calibrators: nll, mse, ls, focal, sbece and hbece.
 
 Notation: for sample n with label y, calibrated probabilities :math:`p` (log :math:`\log p`),
 one-hot :math:`Y`, K classes.
@@ -19,6 +19,9 @@ one-hot :math:`Y`, K classes.
   computed by :func:`raysearch.losses.soft_calibration.soft_binned_ece` (torch, gradients) and a
   NumPy twin for values. Not a per-sample loss; TS fits it by a derivative-free search,
   CTS/ETS/PTS by autograd.
+* ``hbece`` (``n_bins=15``, ``binning="equal_mass"``, ``norm="l2"``): the hard-binned ECE of
+  the top-1 confidence, :func:`raysearch.metrics.ece` (Karandikar et al., Eq. 6 and App. C,
+  the objective of TS-HB-ECE). No gradient: fitted by search only (``ts_hb_ece``, ``ts``).
 
 Reductions: with ``class_coef=None`` a per-sample objective is the mean over the N samples and
 ``sbece`` is computed on all samples. With ``class_coef`` = c (K,), every objective is the
@@ -47,11 +50,15 @@ from raysearch.calibration.base import (
     validate_number,
 )
 from raysearch.losses.soft_calibration import soft_binned_ece
+from raysearch.metrics import BINNINGS as HB_BINNINGS
+from raysearch.metrics import NORMS as HB_NORMS
+from raysearch.metrics import _ece as _metrics_ece
 
 __all__ = [
     "OBJECTIVES",
     "CalibrationObjective",
     "Focal",
+    "HardBinnedECE",
     "LabelSmoothedNLL",
     "MeanSquaredError",
     "NegativeLogLikelihood",
@@ -684,12 +691,95 @@ class SoftBinnedECE(CalibrationObjective):
         return self._autograd(p, labels, class_coef, from_logits=False)
 
 
+class HardBinnedECE(CalibrationObjective):
+    r"""Hard-binned ECE of the top-1 confidence (``hbece``; the objective of TS-HB-ECE).
+
+    :math:`\mathrm{ECE}_{\mathrm{bin},p}` of Karandikar et al., "Soft Calibration Objectives
+    for Neural Networks", NeurIPS 2021, arXiv:2108.00106, Eq. 6, computed by the binning of
+    :func:`raysearch.metrics.ece` (``binning``, ``norm``; one shared helper, so the fitted
+    value equals ``ece(probs, labels, n_bins, binning, norm)``). The defaults are the ECE of
+    that paper's tables (Sec. 5.1 and Tables 1, 2, 5: "l2 norm equal-mass ECE with 15 bins").
+    A fraction in [0, 1]. Piecewise constant in the probabilities: it has no gradient, so only
+    a search fits it (``ts_hb_ece``, App. C; ``ts`` uses its grid and Brent search); the
+    calibrators that need a gradient (``cts``, ``ets``, ``pts``, ``dirichlet``) raise
+    ``ValueError``. With ``class_coef`` the total is :math:`\sum_i c_i \mathrm{ECE}(D_i)`,
+    the ECE of each class's samples.
+
+    Args:
+        n_bins (int, optional): number of bins M >= 1. Defaults to ``15``.
+        binning (str, optional): ``"equal_mass"`` or ``"equal_width"``. Defaults to
+            ``"equal_mass"``.
+        norm (str, optional): ``"l2"``, ``"l1"`` or ``"max"``. Defaults to ``"l2"``.
+
+    Raises:
+        TypeError: if ``n_bins`` is not an integer.
+        ValueError: if ``n_bins`` < 1 or ``binning``/``norm`` is unknown.
+    """
+
+    name = "hbece"
+    differentiable = False
+
+    def __init__(self, n_bins: int = 15, binning: str = "equal_mass", norm: str = "l2") -> None:
+        self.n_bins = validate_int("n_bins", n_bins, minimum=1)
+        self.binning = validate_choice("binning", binning, HB_BINNINGS)
+        self.norm = validate_choice("norm", norm, HB_NORMS)
+
+    @property
+    def params(self):  # noqa: D102
+        return {"n_bins": self.n_bins, "binning": self.binning, "norm": self.norm}
+
+    def _ece(self, confidences: np.ndarray, correct: np.ndarray) -> float:
+        return _metrics_ece(confidences, correct, self.n_bins, self.binning, self.norm)
+
+    def _grouped(
+        self, confidences: np.ndarray, correct: np.ndarray, labels: np.ndarray, n_classes: int
+    ) -> np.ndarray:
+        """ECE of each class's samples, (K,), NaN for classes without samples."""
+        out = np.full(n_classes, np.nan)
+        for k in np.unique(labels):
+            members = labels == k
+            out[k] = self._ece(confidences[members], correct[members])
+        return out
+
+    def _values_numpy(self, confidences, correct, labels, class_coef) -> float:
+        if class_coef is None:
+            return self._ece(confidences, correct)
+        k = int(np.shape(class_coef)[0])
+        per_class = self._grouped(confidences, correct, labels, k)
+        present = _class_counts(labels, k) > 0
+        return float(np.asarray(class_coef, dtype=np.float64)[present] @ per_class[present])
+
+    def class_losses(self, log_p, labels, n_classes):  # noqa: D102
+        conf, hits = SoftBinnedECE._top1_numpy(log_p, labels)
+        return self._grouped(conf, hits, labels, n_classes)
+
+    def value(self, log_p, labels, class_coef=None):  # noqa: D102
+        conf, hits = SoftBinnedECE._top1_numpy(log_p, labels)
+        return self._values_numpy(conf, hits, labels, class_coef)
+
+    def temperature_value_and_grad(self, stats, labels, class_coef):  # noqa: D102
+        value = self._values_numpy(stats.confidence, stats.correct, labels, class_coef)
+        return value, float("nan")
+
+    def _no_gradient(self, *args: Any, **kwargs: Any) -> Any:
+        raise ValueError(
+            "calibration loss 'hbece' (hard-binned ECE) has no gradient; fit it with "
+            "'ts_hb_ece' (or 'ts'), or use loss 'sbece' for a gradient-based calibrator"
+        )
+
+    value_and_grad_logits = _no_gradient
+    value_and_grad_probs = _no_gradient
+    torch_class_losses = _no_gradient
+    torch_value = _no_gradient
+
+
 _OBJECTIVES: dict[str, type[CalibrationObjective]] = {
     "nll": NegativeLogLikelihood,
     "mse": MeanSquaredError,
     "ls": LabelSmoothedNLL,
     "focal": Focal,
     "sbece": SoftBinnedECE,
+    "hbece": HardBinnedECE,
 }
 
 #: Names accepted by :func:`build_objective` (the ``loss`` of the calibrators), sorted.
@@ -720,10 +810,11 @@ def build_objective(name: str, **params: Any) -> CalibrationObjective:
     """Build a calibration objective by name.
 
     Args:
-        name: one of :data:`OBJECTIVES` (``"focal"``, ``"ls"``, ``"mse"``, ``"nll"``,
-            ``"sbece"``).
+        name: one of :data:`OBJECTIVES` (``"focal"``, ``"hbece"``, ``"ls"``, ``"mse"``,
+            ``"nll"``, ``"sbece"``).
         **params: its hyperparameters (``epsilon`` for ``ls``, ``gamma`` for ``focal``,
-            ``n_bins``/``sb_temperature``/``p``/``binning`` for ``sbece``).
+            ``n_bins``/``sb_temperature``/``p``/``binning`` for ``sbece``,
+            ``n_bins``/``binning``/``norm`` for ``hbece``).
 
     Returns:
         The objective.

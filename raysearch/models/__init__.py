@@ -6,6 +6,8 @@ classification models map a float32 batch (N, C, H, W) to logits (N, K):
 - ``cnn``, ``mlp`` (:mod:`raysearch.models.small`): small networks for the digits default.
 - ``resnet20``, ``resnet32``, ``resnet56``, ``resnet110`` (:mod:`raysearch.models.resnet_cifar`):
   He et al., CVPR 2016, arXiv:1512.03385, Sec. 4.2 (option-A shortcuts).
+- ``resnet110_sd`` (:mod:`raysearch.models.resnet_cifar`): ResNet-110 with stochastic depth,
+  Huang et al., ECCV 2016, arXiv:1603.09382 (linear decay, ``survival_prob_last=0.5``).
 - ``resnet18``, ``resnet34``, ``resnet50``, ``resnet101`` (:mod:`raysearch.models.resnet`): the
   ImageNet ResNets of the same paper with a 3x3 stride-1 stem and no max-pool.
 - ``wrn28_10`` (:mod:`raysearch.models.wide_resnet`): Zagoruyko & Komodakis, BMVC 2016,
@@ -50,7 +52,7 @@ from torch import Tensor, nn
 
 from raysearch.models.densenet import DenseNet40, DenseNetBC100
 from raysearch.models.resnet import ResNet18, ResNet34, ResNet50, ResNet101
-from raysearch.models.resnet_cifar import ResNet20, ResNet32, ResNet56, ResNet110
+from raysearch.models.resnet_cifar import ResNet20, ResNet32, ResNet56, ResNet110, ResNet110SD
 from raysearch.models.segmentation import (
     BackboneLoadSummary,
     DeepLabV3ResNet34,
@@ -85,6 +87,7 @@ __all__ = [
     "ResNet56",
     "ResNet101",
     "ResNet110",
+    "ResNet110SD",
     "SegmentationModel",
     "SmallCNN",
     "WRN28_10",
@@ -107,6 +110,7 @@ _MODELS: dict[str, type[nn.Module]] = {
     "resnet32": ResNet32,
     "resnet56": ResNet56,
     "resnet110": ResNet110,
+    "resnet110_sd": ResNet110SD,
     "resnet18": ResNet18,
     "resnet34": ResNet34,
     "resnet50": ResNet50,

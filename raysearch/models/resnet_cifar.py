@@ -1,4 +1,4 @@
-"""CIFAR ResNets of He et al. (``resnet20``, ``resnet32``, ``resnet56``, ``resnet110``).
+"""CIFAR ResNets of He et al. (``resnet20`` ... ``resnet110``) and ``resnet110_sd`` (Huang et al.).
 
 The 6n+2-layer networks of Sec. 4.2 ("CIFAR-10 and Analysis"): a 3x3 convolution with 16
 filters, then three stages of n basic blocks (two 3x3 convolutions each) on 16, 32 and 64
@@ -7,20 +7,34 @@ pooling and a K-way linear layer. Every shortcut is an identity (option A): wher
 halves the resolution and doubles the width, the shortcut subsamples the input with stride 2
 and pads the new channels with zeros, so it has no parameters. ResNet-110 is the CIFAR network
 of several calibration papers' tables (e.g. focal loss, Mukhoti et al. 2020).
+``resnet110_sd`` is ResNet-110 trained with stochastic depth (the "ResNet110SD" of Jung et
+al., ICML 2023, Tables 1-2): same weights, blocks randomly skipped in training.
 
-Reference:
+References:
     Kaiming He, Xiangyu Zhang, Shaoqing Ren, Jian Sun. "Deep Residual Learning for Image
     Recognition". CVPR 2016. arXiv:1512.03385, Sec. 4.2.
+    Gao Huang, Yu Sun, Zhuang Liu, Daniel Sedra, Kilian Q. Weinberger. "Deep Networks with
+    Stochastic Depth". ECCV 2016. arXiv:1603.09382, Sec. 3 (Eq. 4, the linear decay rule).
 """
 
 from collections.abc import Sequence
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from raysearch.models.small import _check_image_args
 
-__all__ = ["CifarResNet", "ResNet20", "ResNet32", "ResNet56", "ResNet110", "ShortcutA"]
+__all__ = [
+    "CifarResNet",
+    "ResNet20",
+    "ResNet32",
+    "ResNet56",
+    "ResNet110",
+    "ResNet110SD",
+    "ShortcutA",
+    "survival_probabilities",
+]
 
 
 class ShortcutA(nn.Module):
@@ -63,10 +77,19 @@ class ShortcutA(nn.Module):
 
 
 class _BasicBlock(nn.Module):
-    """conv3x3-BN-ReLU-conv3x3-BN, plus the option-A shortcut, then ReLU."""
+    """conv3x3-BN-ReLU-conv3x3-BN, plus the option-A shortcut, then ReLU.
 
-    def __init__(self, in_channels: int, out_channels: int, stride: int) -> None:
+    With ``survival_prob`` p < 1 (stochastic depth, Huang et al. 2016, Sec. 3): in training
+    the residual branch is skipped (the block is its shortcut, then ReLU) with probability
+    1 - p, one draw per forward (mini-batch) from torch's global CPU generator; in eval the
+    branch is scaled by p (its expected value). p = 1 is the plain block.
+    """
+
+    def __init__(
+        self, in_channels: int, out_channels: int, stride: int, survival_prob: float = 1.0
+    ) -> None:
         super().__init__()
+        self.survival_prob = survival_prob
         self.conv1 = nn.Conv2d(
             in_channels, out_channels, kernel_size=3, stride=stride, padding=1, bias=False
         )
@@ -80,9 +103,47 @@ class _BasicBlock(nn.Module):
         )
 
     def forward(self, x: Tensor) -> Tensor:
+        p = self.survival_prob
+        if p < 1.0 and self.training and float(torch.rand(())) >= p:
+            return F.relu(self.shortcut(x))  # dropped: the identity (option-A) path only
         out = F.relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
+        if p < 1.0 and not self.training:
+            out = out * p
         return F.relu(out + self.shortcut(x))
+
+
+def survival_probabilities(n_blocks: int, survival_prob_last: float) -> list[float]:
+    r"""Survival probabilities of the linear decay rule (Huang et al., ECCV 2016, Eq. 4).
+
+    .. math::
+
+        p_l = 1 - \frac{l}{L} (1 - p_L), \quad l = 1, \dots, L
+
+    (the input, l = 0, always survives). For ResNet-110, L = 54 and the paper's
+    :math:`p_L = 0.5`: :math:`p_1 = 1 - 0.5/54 = 0.99074`, :math:`p_{54} = 0.5`.
+
+    Args:
+        n_blocks: number L >= 1 of residual blocks.
+        survival_prob_last: :math:`p_L` in (0, 1].
+
+    Returns:
+        The L probabilities, first block first.
+
+    Raises:
+        ValueError: if ``n_blocks`` < 1 or ``survival_prob_last`` is not in (0, 1].
+        TypeError: if ``survival_prob_last`` is not a real number.
+    """
+    if isinstance(survival_prob_last, bool) or not isinstance(survival_prob_last, (int, float)):
+        raise TypeError(
+            "`survival_prob_last` must be a real number, got "
+            f"{type(survival_prob_last).__name__} {survival_prob_last!r}"
+        )
+    if not 0.0 < survival_prob_last <= 1.0:
+        raise ValueError(f"`survival_prob_last` must be in (0, 1], got {survival_prob_last}")
+    if n_blocks < 1:
+        raise ValueError(f"`n_blocks` must be >= 1, got {n_blocks}")
+    return [1.0 - layer / n_blocks * (1.0 - survival_prob_last) for layer in range(1, n_blocks + 1)]
 
 
 class CifarResNet(nn.Module):
@@ -97,28 +158,42 @@ class CifarResNet(nn.Module):
         depth (int): number of weighted layers, 6n + 2 with n >= 1 (20, 32, 44, 56, 110, ...).
         num_classes (int): number of classes K (>= 2).
         input_shape (tuple[int, int, int]): (C, H, W) of one sample; H, W >= 8.
+        survival_prob_last (float, optional): stochastic depth's :math:`p_L` in (0, 1] (see
+            :func:`survival_probabilities`); 1 disables it. Defaults to ``1.0``.
 
     Shape:
         x: (N, C, H, W) float; returns logits (N, K) float.
 
     Raises:
-        ValueError: if `depth` is not 6n + 2 with n >= 1, `num_classes` < 2, or `input_shape`
-            is not three positive ints with H, W >= 8.
+        ValueError: if `depth` is not 6n + 2 with n >= 1, `num_classes` < 2, `input_shape`
+            is not three positive ints with H, W >= 8, or `survival_prob_last` not in (0, 1].
     """
 
-    def __init__(self, *, depth: int, num_classes: int, input_shape: Sequence[int]) -> None:
+    def __init__(
+        self,
+        *,
+        depth: int,
+        num_classes: int,
+        input_shape: Sequence[int],
+        survival_prob_last: float = 1.0,
+    ) -> None:
         super().__init__()
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 8 or (depth - 2) % 6:
             raise ValueError(f"`depth` must be 6n + 2 with n >= 1 (20, 32, 56, ...), got {depth}")
         channels, _, _ = _check_image_args(f"resnet{depth}", num_classes, input_shape)
         n = (depth - 2) // 6
+        survival = survival_probabilities(3 * n, survival_prob_last)
         self.conv1 = nn.Conv2d(channels, 16, kernel_size=3, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(16)
         blocks: list[nn.Module] = []
         in_channels = 16
         for width, stride in ((16, 1), (32, 2), (64, 2)):
             for i in range(n):
-                blocks.append(_BasicBlock(in_channels, width, stride if i == 0 else 1))
+                blocks.append(
+                    _BasicBlock(
+                        in_channels, width, stride if i == 0 else 1, survival[len(blocks)]
+                    )
+                )
                 in_channels = width
         self.blocks = nn.Sequential(*blocks)
         self.pool = nn.AdaptiveAvgPool2d(1)
@@ -175,3 +250,35 @@ class ResNet110(CifarResNet):
 
     def __init__(self, *, num_classes: int, input_shape: Sequence[int]) -> None:
         super().__init__(depth=110, num_classes=num_classes, input_shape=input_shape)
+
+
+class ResNet110SD(CifarResNet):
+    """ResNet-110 with stochastic depth (Huang et al., ECCV 2016): ``resnet110_sd``.
+
+    The network of :class:`ResNet110` (1,727,962 parameters for 3x32x32, K=10) whose 54
+    residual blocks survive with the linear decay rule :math:`p_l = 1 - l/54 (1 - p_L)`,
+    :math:`p_L = 0.5` as in the paper (Sec. 3 and 4, CIFAR): in training block l's residual
+    branch is skipped with probability :math:`1 - p_l` (one draw per mini-batch), in eval it
+    is scaled by :math:`p_l` (Eq. 5). ``survival_prob_last=1`` gives the plain ResNet-110.
+
+    Args:
+        num_classes (int): number of classes K (>= 2).
+        input_shape (tuple[int, int, int]): (C, H, W) of one sample; H, W >= 8.
+        survival_prob_last (float, optional): :math:`p_L` in (0, 1]. Defaults to ``0.5``.
+
+    Shape:
+        x: (N, C, H, W) float; returns logits (N, K) float.
+
+    Raises:
+        ValueError: as :class:`CifarResNet`.
+    """
+
+    def __init__(
+        self, *, num_classes: int, input_shape: Sequence[int], survival_prob_last: float = 0.5
+    ) -> None:
+        super().__init__(
+            depth=110,
+            num_classes=num_classes,
+            input_shape=input_shape,
+            survival_prob_last=survival_prob_last,
+        )

@@ -22,6 +22,7 @@ REGISTERED = [
     "mlp",
     "resnet101",
     "resnet110",
+    "resnet110_sd",
     "resnet18",
     "resnet20",
     "resnet32",
