@@ -413,21 +413,25 @@ class TrainFeed:
 
     Attributes:
         source: the training split on the device (:class:`Source`).
-        side_inputs: names of the per-sample keyword inputs the batches carry for the loss
-            (none here).
+        side_inputs: names of the per-sample keyword inputs the batches carry for the loss:
+            those of `side`, tensors indexed like the training split (``index``), or none.
     """
 
     side_inputs: tuple[str, ...] = ()
 
-    def __init__(self, dataset: Dataset, device: torch.device, *, num_workers: int = 0) -> None:
+    def __init__(self, dataset: Dataset, device: torch.device, *, num_workers: int = 0,
+                 side: dict[str, Tensor] | None = None) -> None:
         self.source = Source(dataset, device, num_workers=num_workers)
+        self.side = {key: value.to(device) for key, value in side.items()} if side else None
+        if self.side:
+            self.side_inputs = tuple(self.side)
 
     def epoch(self, epoch: int, batch_size: int, generator: torch.Generator,
               augment: torch.Generator, ddp: Dist | None
               ) -> tuple[Iterator[Any], int, dict[str, Tensor] | None]:
         """``(batches, n, side)`` of one epoch, in the order drawn from `generator`."""
         order = torch.randperm(self.source.n, generator=generator)
-        return self.source.batches(order, batch_size, augment, ddp), self.source.n, None
+        return self.source.batches(order, batch_size, augment, ddp), self.source.n, self.side
 
 
 class SideInputFeed:
@@ -463,14 +467,17 @@ def train_feed(data: DatasetSplits, loss_fn: Any, *, seed: int, device: torch.de
 
     A loss that takes per-sample inputs besides the logits and targets (its ``side_inputs``,
     :func:`raysearch.data.side.loss_side_inputs`) trains on epochs the data makes for it
-    (:func:`raysearch.data.side.side_input_epochs`); any other loss on the training split.
+    (:func:`raysearch.data.side.side_input_epochs`); any other loss on the training split, with
+    the inputs that describe the split itself (``index``,
+    :func:`raysearch.data.side.split_side_inputs`) when it takes only those.
 
     Raises:
         ValueError: if no data provides an input the loss takes.
     """
-    from raysearch.data.side import loss_side_inputs, side_input_epochs
+    from raysearch.data.side import loss_side_inputs, side_input_epochs, split_side_inputs
 
     names = loss_side_inputs(loss_fn)
-    if not names:
-        return TrainFeed(data.train, device, num_workers=num_workers)
+    side = split_side_inputs(data, names)
+    if not names or side is not None:
+        return TrainFeed(data.train, device, num_workers=num_workers, side=side)
     return SideInputFeed(side_input_epochs(data, names, loss_fn, seed=seed), names, device)

@@ -131,6 +131,7 @@ def run_params(cfg: RunConfig) -> dict[str, Any]:
             "schedule": cfg.schedule.name, "milestones": cfg.schedule.milestones,
             "lr_decay": cfg.schedule.lr_decay, "warmup_epochs": cfg.schedule.warmup_epochs,
             "mixup_alpha": cfg.mixup_alpha, "cutmix_alpha": cfg.cutmix_alpha,
+            "ricap_beta": cfg.ricap_beta,
             "pretrained": cfg.model.pretrained,
             "freeze_backbone_epochs": cfg.model.freeze_backbone_epochs,
             "head_lr": cfg.model.head_lr}
@@ -142,7 +143,8 @@ def run_params(cfg: RunConfig) -> dict[str, Any]:
 
 _RUN_DEFAULTS = {"data_seed": None, "val_fraction": None, "schedule": "cosine", "milestones": "",
                  "lr_decay": 0.1, "warmup_epochs": 0, "mixup_alpha": 0.0, "cutmix_alpha": 0.0,
-                 "pretrained": None, "freeze_backbone_epochs": 0, "head_lr": None}
+                 "ricap_beta": 0.0, "pretrained": None, "freeze_backbone_epochs": 0,
+                 "head_lr": None}
 
 
 def _weights_sha256(weights: str) -> str:

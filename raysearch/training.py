@@ -33,7 +33,11 @@
 - **MixUp / CutMix** (``cfg.mixup_alpha``, ``cfg.cutmix_alpha`` > 0; torchvision.transforms.v2,
   one lambda per batch): the batch is mixed with a permutation of itself and the objective is
   ``lam * loss(logits, y) + (1 - lam) * loss(logits, y_partner)``, which for cross-entropy is
-  the soft-label loss and works for every loss in the registry.
+  the soft-label loss and works for every loss in the registry. **RICAP** (``cfg.ricap_beta``
+  > 0; Takahashi et al. 2018, :func:`raysearch.data.ricap.ricap_patches`) patches four random
+  crops into each image around a boundary ~ Beta(beta, beta) and trains on
+  ``sum_k W_k * loss(logits, y_k)`` with W_k the patch areas; with several of the three on,
+  each batch uses one of them, chosen uniformly.
 - **Per epoch**: after training, the validation split is evaluated (``val_*`` metrics from
   :func:`raysearch.metrics.calibration_summary`) and ``on_epoch(epoch, metrics, state)`` is
   called. After the last epoch the test split is evaluated once (``test_*``).
@@ -221,11 +225,11 @@ def fit(
             without logits, a negative `num_workers`, or a `resume` state without ``epoch``; for
             ``distributed=True`` without an initialised process group, or (DDP) a batch size or
             split smaller than the number of ranks; for an objectness loss on a dataset without
-            object annotations; for MixUp/CutMix combined with an objectness loss or
-            interleaved training; for interleaved training with a loss that is not a primary +
-            secondary objective ("interleaved training needs a primary + secondary objective
-            ..."), with ``interleave_fraction`` outside (0, 1), or a training split too small to
-            hold out a stratified part.
+            object annotations; for MixUp/CutMix/RICAP combined with a loss taking per-sample
+            inputs (objectness, index) or interleaved training; for interleaved training with
+            a loss that is not a primary + secondary objective ("interleaved training needs a
+            primary + secondary objective ..."), with ``interleave_fraction`` outside (0, 1),
+            or a training split too small to hold out a stratified part.
         TypeError: if `distributed` is not a bool or None.
     """
     from raysearch.optim import build_optimizer
@@ -271,7 +275,8 @@ def fit(
     if mixer is not None and (feed.side_inputs or interleaved):
         what = (f"a loss taking {', '.join(feed.side_inputs)} per sample" if feed.side_inputs
                 else "interleaved training")
-        raise ValueError(f"MixUp/CutMix (mixup_alpha/cutmix_alpha > 0) cannot be combined with "
+        raise ValueError(f"MixUp/CutMix/RICAP (mixup_alpha/cutmix_alpha/ricap_beta > 0) cannot "
+                         f"be combined with "
                          f"{what} (method {cfg.loss.name!r})")
     if cfg.model.pretrained and resume is None:  # a resumed run loads its own checkpoint below
         from raysearch.models.pretrained import load_pretrained
@@ -563,13 +568,17 @@ def _make_mixer(
 ) -> Callable[[Tensor, Tensor], tuple[Tensor, Tensor, Tensor]] | None:
     """MixUp/CutMix from torchvision.transforms.v2 as ``mix(x, y) -> (x_mixed, lam, y_partner)``.
 
+    RICAP (``cfg.ricap_beta`` > 0) gives ``(x_mixed, weights (4,), labels (4, N))`` instead: the
+    patch areas and labels of :func:`raysearch.data.ricap.ricap_patches`.
+
     torchvision returns soft labels ``lam * onehot(y) + (1 - lam) * onehot(y_partner)``; `lam` is
     the smallest own-label weight in the batch (every sample whose partner has another class
     carries exactly lam) and `y_partner` the class holding the rest.
     """
     mixup = float(getattr(cfg, "mixup_alpha", 0.0))
     cutmix = float(getattr(cfg, "cutmix_alpha", 0.0))
-    if mixup <= 0 and cutmix <= 0:
+    ricap_beta = float(getattr(cfg, "ricap_beta", 0.0))
+    if mixup <= 0 and cutmix <= 0 and ricap_beta <= 0:
         return None
     from torchvision.transforms import v2
 
@@ -578,10 +587,17 @@ def _make_mixer(
         parts.append(v2.MixUp(alpha=mixup, num_classes=num_classes))
     if cutmix > 0:
         parts.append(v2.CutMix(alpha=cutmix, num_classes=num_classes))
+    if ricap_beta > 0:  # RICAP: (x, weights (4,), labels (4, N)), see _train_epoch
+        from raysearch.data.ricap import ricap_patches
+
+        parts.append(lambda x, y: ricap_patches(x, y, ricap_beta))
     transform = parts[0] if len(parts) == 1 else v2.RandomChoice(parts)
 
     def mix(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        mixed, soft = transform(x, y)
+        out = transform(x, y)
+        if len(out) == 3:
+            return out
+        mixed, soft = out
         lam = soft.gather(1, y[:, None]).min()
         rest = soft - lam * torch.nn.functional.one_hot(y, num_classes).to(soft.dtype)
         return mixed, lam, rest.argmax(dim=1)
@@ -620,7 +636,11 @@ def _train_epoch(
         if mixer is not None and len(yb):
             xb, lam, partner = mixer(xb, yb)
             logits = _forward(model, xb, amp, label)
-            loss = lam * loss_fn(logits, yb) + (1 - lam) * loss_fn(logits, partner)
+            if partner.ndim == 2:  # RICAP: patch weights (4,), patch labels (4, N)
+                loss = sum(w * loss_fn(logits, t) for w, t in zip(lam.tolist(), partner,
+                                                                 strict=True) if w > 0)
+            else:
+                loss = lam * loss_fn(logits, yb) + (1 - lam) * loss_fn(logits, partner)
         else:
             logits = _forward(model, xb, amp, label)
             if not len(yb):  # an empty DDP share: no loss, but the same collectives

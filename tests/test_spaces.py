@@ -23,7 +23,7 @@ from raysearch.spaces import (
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 SINGLE = ["ce", "ls", "focal", "flsd", "mbls", "acls", "ecp", "als", "sbece", "savuc", "avuc",
-          "avuc_gs", "mmce", "mdca"]
+          "avuc_gs", "mmce", "mdca", "cpc", "crl"]
 # training keys every bundled file sets (interleaving is opt-in, left to its default)
 # the training keys every bundled space sets (the schedule and mixing keys keep their defaults)
 BUNDLED_TRAIN = {"epochs", "batch_size", "lr", "momentum", "weight_decay"}
@@ -384,7 +384,8 @@ ERROR_CASES = {
     "unknown_method": (
         "method: aclss\n",
         r"bad\.yaml: method: unknown method 'aclss' \(did you mean acls, als\?\); available: "
-        r"acls, als, avuc, avuc_gs, ce, ecp, flsd, focal, ls, mbls, mdca, mmce, savuc, sbece "
+        r"acls, als, avuc, avuc_gs, ce, cpc, crl, ecp, flsd, focal, ls, mbls, mdca, mmce, savuc, "
+        r"sbece "
         r"\(built-in\)",
     ),
     "unknown_loss_param": (

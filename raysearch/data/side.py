@@ -11,6 +11,12 @@ Provided here:
 - ``objectness`` (and ``context`` when the loss's ``context_fraction`` > 0): fresh crops of the
   training split every epoch with the share of each crop the object covers
   (:func:`raysearch.data.objectness.objectness_train_set`; Krothapalli & Abbott, Eq. 5-6).
+- ``index``: int64 position of each sample in the training split, in [0, len(train)), for losses
+  that keep a per-sample state across epochs (the correctness history of CRL, Moon et al. 2020).
+  It describes the split itself, so alone it needs no fresh epochs
+  (:func:`split_side_inputs`): the loop batches the training split as for any other loss, and
+  under DDP each rank's shares carry their global positions. With ``objectness`` it is the
+  position of each crop's image (crop i of an epoch is made from training image i).
 """
 
 from __future__ import annotations
@@ -18,14 +24,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from raysearch.data.splits import DatasetSplits
 
-__all__ = ["PROVIDED", "loss_side_inputs", "side_input_epochs"]
+__all__ = ["PROVIDED", "SPLIT_INPUTS", "loss_side_inputs", "side_input_epochs",
+           "split_side_inputs"]
 
 #: The side inputs the data can make.
-PROVIDED = ("objectness", "context")
+PROVIDED = ("objectness", "context", "index")
+#: The side inputs that describe the training split itself (the same every epoch).
+SPLIT_INPUTS = ("index",)
 
 EpochTensors = Callable[[int], tuple[Tensor, Tensor, dict[str, Tensor]]]
 
@@ -66,6 +76,26 @@ def side_input_epochs(data: DatasetSplits, names: tuple[str, ...], loss: Any, *,
         side = {"objectness": objectness}
         if crops.context_fraction > 0:
             side["context"] = context
+        if "index" in names:  # crop i is made from training image i
+            side["index"] = torch.arange(len(y), dtype=torch.int64)
         return x, y, side
 
     return epoch_tensors
+
+
+def split_side_inputs(data: DatasetSplits, names: tuple[str, ...]) -> dict[str, Tensor] | None:
+    """The side inputs of a loss indexed like the training split, if all of them are.
+
+    Args:
+        data: the run's splits.
+        names: the inputs the loss takes (:func:`loss_side_inputs`).
+
+    Returns:
+        ``{"index": arange(len(data.train))}`` (int64, CPU) when every name is in
+        :data:`SPLIT_INPUTS`, so the loop feeds the training split itself and passes
+        ``side[name][batch_index]``; None when an input needs epochs made by
+        :func:`side_input_epochs` (or `names` is empty).
+    """
+    if not names or any(name not in SPLIT_INPUTS for name in names):
+        return None
+    return {"index": torch.arange(len(data.train), dtype=torch.int64)}

@@ -23,6 +23,11 @@ one line here); with the installed plug-ins (entry-point group ``raysearch.losse
 string ``package.module:attr`` or the class itself: a user's loss is an ``nn.Module`` class (or a
 factory returning one) whose keyword arguments are its hyperparameters, called as
 ``loss_fn(logits, targets)``.
+
+Per-sample side inputs: a loss whose class attribute ``side_inputs`` names keyword inputs
+(``objectness`` for ``als``, ``index`` for ``crl``) gets them from the training loop, batch by
+batch (:mod:`raysearch.data.side`); called by hand, it needs them as keywords, e.g.
+``loss_fn(logits, targets, index=positions)``.
 """
 
 import inspect
@@ -34,6 +39,7 @@ from raysearch.losses._common import DEFAULT_IGNORE_INDEX
 from raysearch.losses.classification import CrossEntropy, FocalLoss, FocalLossSD, LabelSmoothing
 from raysearch.losses.margin import ACLS, MarginLabelSmoothing
 from raysearch.losses.objectness import ObjectnessLabelSmoothing
+from raysearch.losses.pairwise import CorrectnessRankingLoss, PairwiseConstraints
 from raysearch.losses.penalties import ConfidencePenalty
 from raysearch.losses.soft_calibration import (
     MDCA,
@@ -63,6 +69,10 @@ _LOSSES: dict[str, type[nn.Module]] = {
     "avuc_gs": AvUCGS,
     "mmce": MMCE,
     "mdca": MDCA,
+    # pairwise baselines of ACLS (supp. S1.2, S1.5): class pairs (CPC), sample pairs ranked by
+    # their correctness history (CRL: takes each sample's training-split ``index``)
+    "cpc": PairwiseConstraints,
+    "crl": CorrectnessRankingLoss,
 }
 
 #: Built-in losses plus the installed plug-ins (entry-point group ``raysearch.losses``).
@@ -75,7 +85,9 @@ __all__ = [
     "AvUC",
     "AvUCGS",
     "ConfidencePenalty",
+    "CorrectnessRankingLoss",
     "ObjectnessLabelSmoothing",
+    "PairwiseConstraints",
     "SecondaryObjective",
     "SoftAvUC",
     "SoftBinnedECE",

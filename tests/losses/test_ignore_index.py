@@ -73,12 +73,20 @@ def _close(actual, expected):
     torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-6)
 
 
+#: `crl` ranks whole samples by their training-split index: (N, K) logits only
+DENSE_REFUSED = "ranks whole samples"
+
+
 @pytest.mark.parametrize(("name", "params"), CASES, ids=IDS)
 def test_dense_with_ignored_equals_valid_rows(name, params):
     logits, targets = _dense_inputs()
     loss_fn = build_loss(name, ignore_index=VOC, **params)
     reference = build_loss(name, **params)
     rows, row_targets, mask = _rows(logits, targets)
+    if name == "crl":
+        with pytest.raises(ValueError, match=DENSE_REFUSED):
+            loss_fn(logits, targets, index=torch.arange(N))
+        return
     if name == "als":
         # per-sample objectness and context flags: every location of sample i shares them
         objectness = _objectness(N)
@@ -115,6 +123,9 @@ def test_two_dimensional_rows_with_ignored(name, params):
         objectness = _objectness(12)
         side = {"objectness": objectness}
         expected_side = {"objectness": objectness[keep]}
+    elif name == "crl":  # (both losses start with empty histories)
+        side = {"index": torch.arange(12)}
+        expected_side = {"index": torch.arange(12)[keep]}
     else:
         expected_side = {}
     loss = build_loss(name, ignore_index=VOC, **params)(logits, targets, **side)
@@ -164,6 +175,12 @@ def test_all_ignored_gives_zero_with_zero_gradient(name, params, shape):
     logits = (torch.randn(*shape, dtype=torch.float64) * 4.0).requires_grad_(True)
     targets = torch.full(shape[:1] + shape[2:], VOC)
     side = {"objectness": _objectness(shape[0])} if name == "als" else {}
+    if name == "crl":
+        side = {"index": torch.arange(shape[0])}
+        if len(shape) > 2:
+            with pytest.raises(ValueError, match=DENSE_REFUSED):
+                build_loss(name, ignore_index=VOC, **params)(logits, targets, **side)
+            return
     loss = build_loss(name, ignore_index=VOC, **params)(logits, targets, **side)
     assert loss.ndim == 0
     assert loss.item() == 0.0
@@ -219,6 +236,10 @@ def test_default_ignores_minus_100_like_torch(name):
     logits, targets = _dense_inputs(seed=8, ignore_index=-100)
     assert build_loss(name).ignore_index == -100
     rows, row_targets, mask = _rows(logits, targets, ignore_index=-100)
+    if name == "crl":
+        with pytest.raises(ValueError, match=DENSE_REFUSED):
+            build_loss(name)(logits, targets, index=torch.arange(N))
+        return
     if name == "als":
         objectness = _objectness(N)
         loss = build_loss(name)(logits, targets, objectness=objectness)

@@ -8,10 +8,11 @@ import pytest
 import torch
 
 import raysearch.losses as losses
+from raysearch.data.side import loss_side_inputs
 from raysearch.losses import available_losses, build_loss, loss_parameters
 
-ALL = ["acls", "als", "avuc", "avuc_gs", "ce", "ecp", "flsd", "focal", "ls", "mbls", "mdca", "mmce",
-       "savuc", "sbece"]
+ALL = ["acls", "als", "avuc", "avuc_gs", "ce", "cpc", "crl", "ecp", "flsd", "focal", "ls", "mbls",
+       "mdca", "mmce", "savuc", "sbece"]
 # losses with a regulariser and a terms() method
 MARGIN = ("mbls", "acls")
 # every loss with parameters that make its regulariser active on logits of scale ~8
@@ -38,14 +39,17 @@ ACTIVE = [
     ("mmce", {"weighted": True}),
     ("mmce", {"variant": "paper"}),
     ("mdca", {}),
+    ("cpc", {}),
+    ("cpc", {"variant": "paper"}),
 ]
 
 
 def _side_info(name, logits):
-    """Keyword side information a loss needs (objectness for `als`), per sample."""
-    if getattr(type(build_loss(name)), "needs_objectness", False):
-        return {"objectness": torch.linspace(0.1, 0.9, logits.shape[0])}
-    return {}
+    """Keyword side information a loss needs (objectness for `als`, index for `crl`)."""
+    names = loss_side_inputs(build_loss(name))
+    side = {"objectness": torch.linspace(0.1, 0.9, logits.shape[0]),
+            "index": torch.arange(logits.shape[0])}
+    return {key: side[key] for key in names}
 
 
 def _random_inputs(shape=(8, 5), scale=8.0, seed=0):
@@ -91,6 +95,8 @@ class TestRegistry:
         }
         assert loss_parameters("ecp") == {"beta": 0.1, "variant": "official"}
         assert loss_parameters("als") == {"beta": 1.0, "context_fraction": 0.0}
+        assert loss_parameters("cpc") == {"lambda1": 1.0, "lambda2": 1.0, "variant": "official"}
+        assert loss_parameters("crl") == {"rank_weight": 1.0}
 
     def test_secondary_objective_parameters(self):
         # the released code ("official") is the default variant of every Karandikar et al.
