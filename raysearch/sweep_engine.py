@@ -10,7 +10,6 @@ config.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import os
@@ -22,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import optuna
 import pandas as pd
 import ray
@@ -39,6 +37,7 @@ from raysearch.config import (
     SweepSettings,
     _absolute,
 )
+from raysearch.prepare import Prepared, build_shift, prepare_data
 from raysearch.searchers import RepeatedSearcher
 from raysearch.spaces import SearchSpace, load_space
 from raysearch.storage import check_storage, resolve_storage
@@ -175,150 +174,6 @@ def init_ray(address: str | None = None, modules: tuple[str, ...] = ()) -> None:
              logging_level=logging.WARNING, runtime_env=runtime_env)
 
 
-@dataclass
-class Prepared:
-    """What the driver learnt before Ray starts (:func:`prepare_data`).
-
-    Attributes:
-        data: the sweep's splits (every trial loads the same ones).
-        code_paths: folders of the user's code (the parents of their top-level packages or
-            modules, and the current directory): put on the trial workers' ``sys.path``.
-        modules: the user's top-level packages or module files, shipped to a remote cluster
-            (Ray ``runtime_env`` ``py_modules``).
-    """
-
-    data: Any
-    code_paths: tuple[str, ...] = ()
-    modules: tuple[str, ...] = ()
-
-
-def prepare_data(space: SearchSpace, settings: SweepSettings, say: Callable[[str], None],
-                 components: dict[str, dict[str, Any]] | None = None) -> Prepared:
-    """Resolve every name, load the dataset once and build what the trials will build.
-
-    Runs in the driver before Ray starts or anything is written, so that an unknown name (with
-    the closest ones), an import string that does not import, a keyword a factory does not
-    take, a factory that raises or breaks its contract, a missing or corrupt dataset, a bad
-    weights file or a misconfigured optimizer is one line, not a failed trial. Every trial loads
-    the same splits (same dataset, seed and fractions). The model is built with the space's
-    low and high ends of every searched argument (on the meta device: shapes only, no memory);
-    the optimizer the same way.
-
-    Sets ``settings.dataset`` and ``settings.model`` to the names the trials use, and
-    ``settings.accuracy_metric`` to the data's primary metric when it is unset.
-
-    Returns:
-        Prepared: the splits (their ``info`` goes into the parent run's params) and the user's
-        code paths.
-
-    Raises:
-        ValueError: (``DatasetError`` included) one line naming what is wrong.
-    """
-    from raysearch.optim import check_optimizer, optimizer_class
-    from raysearch.registries import metric_functions, registry
-    from raysearch.tasks import task_for
-    from raysearch.training import (
-        build_run_loss,
-        build_run_model,
-        check_run_model,
-        load_run_data,
-    )
-
-    components = components or {}
-    overrides = settings.overrides()
-    configs = [space.resolve(space.end_config(which, method), **overrides)
-               for method in space.methods for which in ("low", "high")]
-    cfg = configs[0]
-    settings.dataset = cfg.data.name
-    if settings.download:
-        say(f"checking {cfg.data.name} in {cfg.data.dir} (downloading what is missing)")
-    extra = {"verify": True}  # a factory that takes `verify` checks every file now
-    if settings.download and _takes(_factory("datasets", cfg.data.name, components), "download"):
-        extra["download"] = True
-    data = load_run_data(cfg, components=components, **_accepted(
-        _factory("datasets", cfg.data.name, components), extra))
-    task = task_for(data)
-    if settings.accuracy_metric is None:
-        settings.accuracy_metric = task.primary_metric
-    if settings.shift_eval and importlib.util.find_spec("imagecorruptions") is None:
-        raise ValueError("--shift-eval needs the image corruptions package: "
-                         "pip install 'raysearch[shift]'")
-    if settings.shift_eval and not callable(getattr(data.test, "with_images", None)):
-        raise ValueError(f"--shift-eval needs an image dataset held in memory (its test split "
-                         f"must offer with_images), got '{cfg.data.name}'")
-    models = sorted({c.model.name for c in configs}, key=str)
-    for model in space.train_values("model"):
-        if model not in models and settings.model is None:
-            models.append(model)
-    settings.model = settings.model or (models[0] if len(models) == 1 else None)
-    objects: list[Any] = [_factory("datasets", cfg.data.name, components)]
-    checked: set[str] = set()  # each distinct model, loss and optimizer section once
-
-    def once(section: Any) -> bool:
-        key = f"{type(section).__name__}:{json.dumps(section.model_dump(), sort_keys=True)}"
-        fresh = key not in checked
-        checked.add(key)
-        return fresh
-
-    for run in configs:
-        for model in models if run is configs[0] else [run.model.name]:
-            trial = run.model_copy(update={"model": run.model.model_copy(update={"name": model})})
-            if once(trial.model):
-                objects.append(_factory("models", model, components))
-                check_run_model(trial, data, components=components)
-        if once(run.loss):
-            build_run_loss(run, data, components=components)
-            objects.append(_factory("losses", run.loss.name, components))
-        if once(run.optimizer):
-            check_optimizer(run.optimizer)
-            objects.append(optimizer_class(run.optimizer.name))
-    objects.extend(metric_functions(settings.metrics, components).values())
-    for name in settings.posthoc:
-        objects.append(registry("calibrators").get(name))
-    weights = cfg.model.pretrained
-    if weights is not None and all(c.model.pretrained == weights for c in configs):
-        from raysearch.models.pretrained import load_pretrained
-
-        if settings.download:
-            say(f"checking the weights {weights} (downloading them if missing)")
-        info = load_pretrained(build_run_model(cfg, data, components=components), weights,
-                               download=settings.download)
-        data.info["pretrained_sha256"] = info.sha256
-        say(f"pretrained weights {info.source}: {info.loaded} tensors, sha256 "
-            f"{info.sha256[:12]}" + (", classification head replaced" if info.replaced_head
-                                     else ""))
-    return Prepared(data, *_user_code(objects))
-
-
-def _factory(kind: str, name: Any, components: dict[str, dict[str, Any]]) -> Any:
-    from raysearch.registries import registry
-    return registry(kind).get(name, components=components.get(kind))
-
-
-def _takes(factory: Any, key: str) -> bool:
-    from raysearch.registry import accepted_keywords
-
-    names, var_kw = accepted_keywords(factory)
-    return key in names or var_kw
-
-
-def _accepted(factory: Any, extra: dict[str, Any]) -> dict[str, Any]:
-    """The entries of `extra` that `factory` takes (the driver's own checks, not the user's)."""
-    from raysearch.registry import accepted_keywords
-
-    names, _ = accepted_keywords(factory)
-    return {k: v for k, v in extra.items() if k in names}
-
-
-def _user_code(objects: list[Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(code paths, module paths) of the user's objects: see :class:`Prepared`."""
-    from raysearch.registry import code_module
-
-    modules = sorted({m for m in (code_module(o) for o in objects) if m is not None})
-    paths = [os.getcwd(), *sorted({str(Path(m).parent) for m in modules})]
-    return tuple(dict.fromkeys(paths)), tuple(modules)
-
-
 def in_ray_job() -> bool:
     """True when this process is a Ray Job's entrypoint (its cwd is a temporary copy)."""
     return RAY_JOB_ENV in os.environ
@@ -414,18 +269,6 @@ def check_gpus(settings: SweepSettings) -> None:
     raise ValueError(message)
 
 
-def build_shift(data: Any, settings: SweepSettings, say: Callable[[str], None]) -> Any:
-    """The corrupted test subsample of ``--shift-eval``, built once in the driver."""
-    from raysearch.shift import build_shift_set
-
-    labels = np.asarray(data.test.labels.cpu() if hasattr(data.test.labels, "cpu")
-                        else data.test.labels)
-    say(f"shift evaluation: corrupting {min(settings.shift_samples, len(labels))} test images "
-        "(15 corruptions x 5 severities) once for every trial")
-    return build_shift_set(data.test.images_hwc(), labels, max_samples=settings.shift_samples,
-                           seed=settings.seed, progress=say)
-
-
 def _sizes(data: Any) -> str:
     return f"{len(data.train)} train / {len(data.val)} val / {len(data.test)} test samples"
 
@@ -483,8 +326,12 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
     settings.validate()
     space = space if isinstance(space, SearchSpace) else load_space(space)
     say = progress or (lambda line: logger.info("%s", line))
+    from raysearch.plan import with_recipe
+
+    space, _, why = with_recipe(space, settings)  # the training protocol (raysearch.recipes)
     # names, data, models, losses and optimizers fail here, before Ray or MLflow
     prepared = prepare_data(space, settings, say, components)
+    say(why)
     data = prepared.data
     settings.validate()  # the metrics of the data's task are known now
     check_tracking_for_cluster(settings.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"),
@@ -504,6 +351,7 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
     max_failures = settings.resolved_max_failures()
     tracking.log_params(client, parent_id, {
         "space": space.name, "methods": ",".join(space.methods), "dataset": settings.dataset,
+        "recipe": space.recipe or "none",
         "num_samples": settings.num_samples, "max_concurrent": settings.max_concurrent,
         "epochs": settings.epochs if settings.epochs is not None else "space",
         "seed": settings.seed, "objective": settings.objective, "sampler": settings.sampler,
@@ -636,7 +484,7 @@ def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
     callback = None
     try:
         shift_set = None
-        if settings.shift_eval:
+        if settings.shift_eval or settings.shift_data is not None:
             shift_set = build_shift(data, settings, say)
         # the callback Tune calls after a restore is the copy pickled with the experiment;
         # every copy in this process shares one writer, which this one flushes below
