@@ -98,6 +98,13 @@ def tracking_options(func: Callable) -> Callable:
                    "else digits].")
 @click.option("--data-dir", default=None, type=click.Path(file_okay=False),
               help="Folder holding the dataset in its standard layout (not needed for digits).")
+@click.option("--recipe", default=None, metavar="NAME|FILE|none",
+              help="Training protocol of a paper (`raysearch recipes list`: mbls-cifar10, "
+                   "sbece-cifar100, ...) or a recipe YAML file; none = the space's training "
+                   "values [default: the recipe of the space's method on the dataset, if any].")
+@click.option("--dry-run", is_flag=True,
+              help="Print the fully resolved sweep (space, recipe, data, resources, searched "
+                   "and fixed values, number of trials) as YAML and exit: no Ray, no MLflow.")
 @click.option("--download", is_flag=True,
               help="Download the dataset into --data-dir if it is missing (never by default).")
 @click.option("--model", default=None,
@@ -153,8 +160,14 @@ def tracking_options(func: Callable) -> Callable:
 @click.option("--shift-eval", is_flag=True,
               help="Also evaluate each trial on the test set corrupted by 15 ImageNet-C "
                    "corruptions at severities 1-5, before and after its post-hoc calibrator.")
-@click.option("--shift-samples", default=1000, show_default=True, type=int,
-              help="Test images (stratified subsample) corrupted for --shift-eval.")
+@click.option("--shift-samples", default=None, type=int,
+              help="Test images (stratified subsample) of the shift evaluation  [default: 1000 "
+                   "with --shift-eval, all with --shift-data]")
+@click.option("--shift-data", default=None, metavar="DIR",
+              help="Also evaluate each trial on a released corrupted test set, before and after "
+                   "its post-hoc calibrator: a CIFAR-10-C/CIFAR-100-C folder (<corruption>.npy "
+                   "+ labels.npy) or a Tiny-ImageNet-C/ImageNet-C folder "
+                   "(<corruption>/<severity>/<class>/*.JPEG).")
 @click.option("--num-samples", "-n", default=8, show_default=True, type=int,
               help="Number of sampled configurations (trials, with --repeats 1).")
 @click.option("--repeats", default=1, show_default=True, type=int, metavar="R",
@@ -171,7 +184,7 @@ def tracking_options(func: Callable) -> Callable:
 @click.option("--objective", default="pareto", show_default=True, metavar="NAME",
               help="What the sampler optimises: pareto = (val accuracy max, val ECE min), ece, "
                    "accuracy, nll, or any metric the trials report as METRIC[:min|max] "
-                   "(val_brier, your --metric's name).")
+                   "(val_brier, val_ece_100, val_overconfidence, your --metric's name).")
 @click.option("--sampler", default="tpe", show_default=True,
               type=click.Choice(["tpe", "nsga2", "random"]), help="Optuna sampler.")
 @click.option("--scheduler", default=None, type=click.Choice(["asha"]),
@@ -189,11 +202,12 @@ def tracking_options(func: Callable) -> Callable:
                    "s3://bucket/prefix, gs://bucket/prefix [default: ~/ray_results].")
 @click.option("--posthoc", default="ts", show_default=True,
               help="Post-hoc calibrators fitted per trial on validation logits, comma-separated "
-                   "(ts, ets, cts, pts, ts_sbece), or 'none'.")
+                   "(ts, ets, cts, pts, ts_sbece, ts_hb_ece, dirichlet, ...; `raysearch list "
+                   "calibrators`), or 'none'.")
 @click.option("--ece-metric", default="ece", show_default=True, metavar="NAME",
               help="Calibration error of the objective, the Pareto front and the selection "
-                   "rule: ece, aece, cece, ece_l2em, debiased_ce, sweep_ce, marginal_ece, ks, "
-                   "brier, nll, or your --metric's name.")
+                   "rule: ece, ece_100, aece, cece, ece_l2em, debiased_ce, sweep_ce, "
+                   "marginal_ece, ks, brier, nll, or your --metric's name.")
 @click.option("--checkpoint-every", default=None, type=click.IntRange(min=0), metavar="N",
               help="Checkpoint every N epochs (0: the last epoch only) [default: once a "
                    "minute of training].")
@@ -207,14 +221,16 @@ def tracking_options(func: Callable) -> Callable:
 @click.pass_context
 @friendly_errors
 def sweep(ctx: click.Context, space: str | None, resume: str | None, dataset: str | None,
-          data_dir: str | None, download: bool, model: str | None,
+          data_dir: str | None, recipe: str | None, dry_run: bool, download: bool,
+          model: str | None,
           model_params: tuple[str, ...], data_params: tuple[str, ...], metrics: tuple[str, ...],
           val_fraction: float | None, crop_size: int | None, pretrained_backbone: str | None,
           pretrained: str | None, freeze_backbone_epochs: int | None, head_lr: float | None,
           embeddings: str | None,
           imbalance_ratio: float | None, gpus_per_trial: float,
           cpus_per_trial: float, precision: str, workers_per_trial: int,
-          gpus_per_worker: float, cpus_per_worker: float, shift_eval: bool, shift_samples: int,
+          gpus_per_worker: float, cpus_per_worker: float, shift_eval: bool,
+          shift_samples: int | None, shift_data: str | None,
           num_samples: int, repeats: int, selection: str,
           max_concurrent: int, epochs: int | None, objective: str, sampler: str,
           scheduler: str | None, scheduler_metric: str, tolerance: float, seed: int,
@@ -226,11 +242,14 @@ def sweep(ctx: click.Context, space: str | None, resume: str | None, dataset: st
 
     `raysearch sweep --resume NAME` continues a sweep whose driver was killed.
     """
+    from raysearch.config import SweepSettings
     from raysearch.spaces import load_space
-    from raysearch.sweep_engine import SweepSettings, resume_sweep, run_sweep
 
-    _quiet_mlflow()
+    if not dry_run:
+        _quiet_mlflow()
     if resume is not None:
+        from raysearch.sweep_engine import resume_sweep
+
         given = [p.opts[0] for p in ctx.command.params
                  if p.name not in ("resume", "address", "tracking_uri", "experiment", "space")
                  and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
@@ -250,7 +269,7 @@ def sweep(ctx: click.Context, space: str | None, resume: str | None, dataset: st
 
     settings = SweepSettings(
         num_samples=num_samples, repeats=repeats, selection=selection,
-        max_concurrent=max_concurrent, epochs=epochs, dataset=dataset,
+        max_concurrent=max_concurrent, epochs=epochs, dataset=dataset, recipe=recipe,
         data_dir=data_dir, seed=seed, name=name, tracking_uri=tracking_uri,
         experiment=experiment, objective=objective, sampler=sampler, scheduler=scheduler,
         scheduler_metric=scheduler_metric, tolerance=tolerance, address=address,
@@ -259,6 +278,7 @@ def sweep(ctx: click.Context, space: str | None, resume: str | None, dataset: st
         model=model, gpus_per_trial=gpus_per_trial, cpus_per_trial=cpus_per_trial,
         precision=precision, download=download, val_fraction=val_fraction,
         imbalance_ratio=imbalance_ratio, shift_eval=shift_eval, shift_samples=shift_samples,
+        shift_data=shift_data,
         workers_per_trial=workers_per_trial, gpus_per_worker=gpus_per_worker,
         cpus_per_worker=cpus_per_worker, max_failures=max_failures, fault_epoch=fault_drill,
         crop_size=crop_size, pretrained_backbone=pretrained_backbone, pretrained=pretrained,
@@ -267,6 +287,16 @@ def sweep(ctx: click.Context, space: str | None, resume: str | None, dataset: st
                                           **_key_values(data_params, "data", "--data-param")})
     settings.validate()
     loaded = load_space(space)
+    if dry_run:
+        import yaml
+
+        from raysearch.plan import plan_sweep
+
+        plan = plan_sweep(loaded, settings)
+        click.echo(yaml.safe_dump(plan, sort_keys=False, width=100), nl=False)
+        return
+    from raysearch.sweep_engine import run_sweep  # Ray, Tune and MLflow: seconds to import
+
     result = run_sweep(loaded, settings, progress=_echo)
     _print_result(result)
 
@@ -342,8 +372,8 @@ def train(config: str, epochs: int | None, name: str | None, data_dir: str | Non
 @click.option("--plot", default=None, type=click.Path(dir_okay=False),
               help="Also write the Pareto plot to this PNG file.")
 @click.option("--ece-metric", default=None, metavar="NAME",
-              help="Calibration error of the front and the rule (ece, debiased_ce, ece_l2em, "
-                   "sweep_ce, marginal_ece, ks, ...) [default: the sweep's].")
+              help="Calibration error of the front and the rule (ece, ece_100, debiased_ce, "
+                   "ece_l2em, sweep_ce, marginal_ece, ks, ...) [default: the sweep's].")
 @click.option("--selection", default=None, type=click.Choice(["mean", "robust"]),
               help="Rule on a repeated sweep's configurations [default: the sweep's].")
 @tracking_options
@@ -503,7 +533,8 @@ def export(name: str, output: str, tolerance: float | None, tracking_uri: str | 
 @main.command()
 @click.argument("source")
 @click.option("--methods", default="ts,ets,cts,pts,ts_sbece", show_default=True,
-              help="Calibrators to fit, comma-separated.")
+              help="Calibrators to fit, comma-separated (`raysearch list calibrators`: also "
+                   "ts_hb_ece, dirichlet, pts_sctl, ...).")
 @click.option("--classwise-scaling", type=click.Choice(["off", "on", "both"]), default="off",
               show_default=True, help="Wrap the calibrators in class-wise loss scaling "
               "(Jung et al., as their released code: per-class mean losses); 'both' reports "
@@ -678,6 +709,38 @@ def spaces_show(space: str) -> None:
         click.echo(load_space(space).describe())
 
 
+@main.group()
+def recipes() -> None:
+    """List and show the papers' training recipes (sweep --recipe NAME)."""
+
+
+@recipes.command("list")
+@friendly_errors
+def recipes_list() -> None:
+    """List the bundled recipes, the methods and datasets each is the default for."""
+    from raysearch.recipes import available_recipes, load_recipe
+
+    names = available_recipes()
+    width = max(map(len, names), default=0)
+    for name in names:
+        recipe = load_recipe(name)
+        default = (f"  [default for {'/'.join(recipe.methods)} on {'/'.join(recipe.datasets)}]"
+                   if recipe.methods and recipe.datasets else "")
+        click.echo(f"{name:<{width}s}  {recipe.description}{default}")
+
+
+@recipes.command("show")
+@click.argument("recipe")
+@friendly_errors
+def recipes_show(recipe: str) -> None:
+    """Show RECIPE (a name or a YAML file): its values and, in its comments, their sources."""
+    from raysearch.recipes import load_recipe
+
+    loaded = load_recipe(recipe)
+    click.echo(f"# {loaded.path}")
+    click.echo(loaded.text(), nl=False)
+
+
 @spaces.command("validate")
 @click.argument("spaces_", metavar="SPACE...", nargs=-1, required=True)
 @friendly_errors
@@ -705,10 +768,13 @@ def spaces_validate(spaces_: tuple[str, ...]) -> None:
 def reproduce(data_dir: str, tolerance: float, allow_pickle: bool) -> None:
     """Refit calibrators on released network outputs and compare with the published numbers.
 
-    DATA_DIR is searched for the output files that papers published numbers on (for instance
-    the long-tailed CIFAR-10 logits released with the class-wise loss scaling paper). Prints
-    our ECE beside the published one; exits 1 when a default setting misses by more than
-    --tolerance ECE points.
+    DATA_DIR is searched (recursively) for the output files that papers published numbers on:
+    the long-tailed CIFAR-10/100 logits released with the class-wise loss scaling paper,
+    probs_<net>_c10_LT_logits.p (c100 for CIFAR-100) with <net> densenet40, resnet_wide28,
+    resnet110 or resnet110_SD, or their .npz conversions; names match case-insensitively.
+    Lists every file found, used or skipped with the reason, then prints our ECE beside the
+    published one. Exits 1 when a checked row misses by more than --tolerance ECE points, 2
+    when no file can be used. See docs/reproduce.md.
     """
     from raysearch.reproduce import reproduce as run_reproduction
 

@@ -78,7 +78,7 @@ OPTIMIZER_DEFAULTS: dict[str, dict[str, Any]] = {"sgd": {"momentum": 0.9}}
 
 #: Top-level fields of a RunConfig besides its sections.
 RUN_KEYS = ("epochs", "batch_size", "seed", "ece_bins", "mixup_alpha", "cutmix_alpha",
-            "interleaved", "interleave_fraction")
+            "ricap_beta", "interleaved", "interleave_fraction")
 
 #: The flat keys of earlier raysearch versions (and of space files' ``train:``): where each goes,
 #: as (section, field) or (section, "params", key).
@@ -113,7 +113,7 @@ LEGACY_KEYS: dict[str, tuple[str, ...]] = {
 #: parameters and its ``model:``, ``data:`` and ``optimizer:`` sections).
 TRAIN_KEYS = ("model", "epochs", "batch_size", "lr", "momentum", "weight_decay", "interleaved",
               "interleave_fraction", "schedule", "milestones", "lr_decay", "warmup_epochs",
-              "nesterov", "mixup_alpha", "cutmix_alpha", "crop_size", "pretrained",
+              "nesterov", "mixup_alpha", "cutmix_alpha", "ricap_beta", "crop_size", "pretrained",
               "freeze_backbone_epochs", "head_lr", "embeddings", "optimizer")
 
 #: The sections of a RunConfig and the prefix of their dotted flat keys.
@@ -478,6 +478,10 @@ class RunConfig(Section):
         mixup_alpha: MixUp (Zhang et al. 2018) with lambda ~ Beta(alpha, alpha) per batch; 0 off.
         cutmix_alpha: CutMix (Yun et al. 2019) with lambda ~ Beta(alpha, alpha); 0 off. With
             both > 0 each batch uses one of the two, chosen with probability 0.5.
+        ricap_beta: RICAP (Takahashi et al. 2018): four crops patched into each image around a
+            boundary with position ~ Beta(beta, beta), labels mixed by patch area; 0 off (the
+            paper uses 0.3). With MixUp/CutMix also on, each batch uses one of them, chosen
+            uniformly.
         interleaved: interleaved training (Karandikar et al. App. B): each epoch trains the
             primary objective on the training set minus a held-out share, then the secondary
             (soft calibration) objective on that share; needs a ``primary + beta * secondary``
@@ -496,6 +500,7 @@ class RunConfig(Section):
     ece_bins: int = 15
     mixup_alpha: float = 0.0
     cutmix_alpha: float = 0.0
+    ricap_beta: float = 0.0
     interleaved: bool = False
     interleave_fraction: float = 0.1
 
@@ -506,6 +511,7 @@ class RunConfig(Section):
         "ece_bins": {"low": 1, "integer": True},
         "mixup_alpha": {"low": 0, "note": " (0 = off)"},
         "cutmix_alpha": {"low": 0, "note": " (0 = off)"},
+        "ricap_beta": {"low": 0, "note": " (0 = off)"},
         "interleave_fraction": {"low": 0, "high": 1, "low_open": True, "high_open": True},
     }
 
@@ -827,6 +833,9 @@ class SweepSettings(BaseModel):
         epochs: overrides the space's ``epochs`` when set.
         dataset: dataset name or import string; None (default): the space's ``data: name``,
             else ``digits``. Set to the name the trials use once the sweep resolved it.
+        recipe: the training protocol (:mod:`raysearch.recipes`): a recipe name
+            (``mbls-cifar10``) or YAML file; None (default): the recipe of the space's method
+            on the dataset, if one exists; ``"none"``: no recipe.
         data_dir: folder of on-disk datasets.
         seed: seeds the sampler and every trial's data split and initialisation.
         name: sweep name (default ``<space>-<YYYYmmdd-HHMMSS>``).
@@ -839,7 +848,8 @@ class SweepSettings(BaseModel):
             ``miou`` are maximised, the others minimised.
         ece_metric: the calibration error the objective, the Pareto front and the selection
             rule use (default ``ece``; ``aece``, ``cece``, ``debiased_ce``, ``ece_l2em``,
-            ``ks``, ``brier``, ``nll``, a user's metric of `metrics`, ...).
+            ``ks``, ``ece_100``, ``sweep_ce``, ``brier``, ``nll``, a user's metric of `metrics`,
+            ...; :data:`raysearch.metrics.TABLE_KEYS`).
         accuracy_metric: the accuracy axis of the front and the rule; None (default): the
             data's primary metric (``accuracy``, or ``miou`` for segmentation), set when the
             data is loaded.
@@ -866,7 +876,13 @@ class SweepSettings(BaseModel):
         imbalance_ratio: long-tailed training set (rho >= 1), a built-in dataset's argument.
         shift_eval: evaluate every complete trial on the corrupted test set (15 ImageNet-C
             corruptions x 5 severities), before and after the first `posthoc` calibrator.
-        shift_samples: test images in the shift evaluation (stratified subsample).
+        shift_data: a released corrupted test set (a CIFAR-10-C-layout folder
+            ``<corruption>.npy`` + ``labels.npy``, or an ImageNet-C-layout folder
+            ``<corruption>/<severity>/<class>/*.JPEG``) every complete trial is evaluated on
+            instead of `shift_eval`'s own corruptions (see
+            :func:`raysearch.shift.load_released_shift_set`); None: none.
+        shift_samples: test images in the shift evaluation (stratified subsample); None
+            (default): 1000 with `shift_eval`, every image with `shift_data`.
         max_failures: how often Tune retries a trial that raised or whose node died; None
             (default): 2 on a cluster, else 0. A diverged trial is never retried.
         fault_epoch: a fault drill: the first attempt of every trial raises after reporting
@@ -894,6 +910,7 @@ class SweepSettings(BaseModel):
     max_concurrent: int = 2
     epochs: int | None = None
     dataset: str | None = None
+    recipe: str | None = None
     data_dir: str | None = None
     seed: int = 0
     name: str | None = None
@@ -917,7 +934,8 @@ class SweepSettings(BaseModel):
     val_fraction: float | None = None
     imbalance_ratio: float | None = None
     shift_eval: bool = False
-    shift_samples: int = 1000
+    shift_data: str | None = None
+    shift_samples: int | None = None
     max_failures: int | None = None
     fault_epoch: int | None = None
     crop_size: int | None = None
@@ -948,6 +966,12 @@ class SweepSettings(BaseModel):
                     section[key] = data.pop(key)
             data["resources"] = section
         return data
+
+    @field_validator("shift_data", mode="after")
+    @classmethod
+    def _absolute_shift_data(cls, value: str | None) -> str | None:
+        # the trials and a later --resume (from another folder) read the same folder
+        return _absolute(value)
 
     @field_validator("posthoc", "metrics", mode="before")
     @classmethod
@@ -995,8 +1019,12 @@ class SweepSettings(BaseModel):
             raise ValueError(f"`max_failures` must be an int >= 0, got {self.max_failures!r}")
         if self.fault_epoch is not None and self.fault_epoch < 1:
             raise ValueError(f"`fault_epoch` must be >= 1, got {self.fault_epoch}")
-        if self.shift_samples < 1:
+        if self.shift_samples is not None and self.shift_samples < 1:
             raise ValueError(f"`shift_samples` must be >= 1, got {self.shift_samples}")
+        if self.shift_eval and self.shift_data is not None:
+            raise ValueError("--shift-data and --shift-eval are mutually exclusive: --shift-eval "
+                             "corrupts the test set itself, --shift-data reads a released "
+                             "corrupted test set; give one")
         if self.posthoc:
             from raysearch.calibration import CALIBRATOR_REGISTRY
 
@@ -1015,10 +1043,16 @@ class SweepSettings(BaseModel):
 
     def known_metrics(self) -> set[str]:
         """Metric names (without ``val_``/``test_``) every trial of this sweep reports."""
-        from raysearch.metrics import CALIBRATED_KEYS, DENSE_KEYS, ESTIMATOR_KEYS, SUMMARY_KEYS
+        from raysearch.metrics import (
+            CALIBRATED_KEYS,
+            DENSE_KEYS,
+            ESTIMATOR_KEYS,
+            SUMMARY_KEYS,
+            TABLE_KEYS,
+        )
 
-        base = {*SUMMARY_KEYS, *DENSE_KEYS, *ESTIMATOR_KEYS, *self.metric_names()}
-        # after a post-hoc calibrator: the summary metrics and KS (not a user's metrics)
+        base = {*SUMMARY_KEYS, *DENSE_KEYS, *ESTIMATOR_KEYS, *TABLE_KEYS, *self.metric_names()}
+        # after a post-hoc calibrator: the summary and table metrics (not a user's metrics)
         calibrated = {f"{m}_{c}" for m in CALIBRATED_KEYS for c in self.posthoc}
         return base | calibrated
 

@@ -97,6 +97,7 @@ __all__ = [
     "available_spaces",
     "load_space",
     "space_kind",
+    "training_specs",
     "validate_space",
 ]
 
@@ -375,7 +376,8 @@ def _parse_spec(raw: Any, where: str, *, expect_float: bool,
 # --------------------------------------------------------------------------------------------
 
 _FLOAT_TRAIN_KEYS = frozenset({"lr", "momentum", "weight_decay", "interleave_fraction",
-                               "lr_decay", "mixup_alpha", "cutmix_alpha", "head_lr",
+                               "lr_decay", "mixup_alpha", "cutmix_alpha", "ricap_beta",
+                               "head_lr",
                                "optimizer.lr", "optimizer.weight_decay",
                                "optimizer.momentum"})
 
@@ -582,13 +584,51 @@ class SearchSpace:
     _branches: Mapping[str, Mapping[str, _Spec]] = field(repr=False)
     _descriptions: Mapping[str, str] = field(repr=False)
     _train: Mapping[str, _Spec] = field(repr=False)
+    recipe: str | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Ray pickles the space (searcher state, trainable parameters); mappingproxy cannot be
         # pickled, so rebuild it from plain dicts.
         return (_rebuild_space, (self.name, self.path, self.description, self.conditional,
                                  {m: dict(b) for m, b in self._branches.items()},
-                                 dict(self._descriptions), dict(self._train)))
+                                 dict(self._descriptions), dict(self._train), self.recipe))
+
+    @property
+    def bundled(self) -> bool:
+        """True for a space shipped with raysearch (its ``train:`` is the digits protocol)."""
+        try:
+            return self.path.resolve().parent == Path(_bundled_dir()).resolve()
+        except OSError:
+            return False
+
+    def with_train(self, train: Mapping[str, _Spec], recipe: str | None) -> SearchSpace:
+        """The same space with other training specs (a recipe's, :mod:`raysearch.recipes`)."""
+        return dataclasses.replace(self, _train=MappingProxyType(dict(train)), recipe=recipe)
+
+    @property
+    def train_specs(self) -> Mapping[str, _Spec]:
+        """The training specs by flat trial-config key (read-only)."""
+        return self._train
+
+    def searched(self, method: str | None = None) -> dict[str, dict[str, Any]]:
+        """The sampled parameters under their trial-config names, each as its spec's fields.
+
+        Args:
+            method: the branch of a conditional space (default: every branch).
+
+        Returns:
+            ``{name: {"type": "float", "low": 6.0, "high": 10.0, "log": False}, ...}`` (a
+            categorical as ``{"type": "categorical", "choices": [...]}``).
+        """
+        out: dict[str, dict[str, Any]] = {}
+        if self.conditional:
+            out["method"] = {"type": "categorical", "choices": list(self.methods)}
+        for branch in [method] if method else self.methods:
+            for key, spec in self._branches[branch].items():
+                if spec.sampled:
+                    out[self._key(branch, key)] = _spec_doc(spec)
+        out.update({k: _spec_doc(s) for k, s in self._train.items() if s.sampled})
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         """The space as plain JSON-ready data (every branch's specs), for :meth:`from_dict`.
@@ -603,7 +643,8 @@ class SearchSpace:
         return {"name": self.name, "path": str(self.path), "description": self.description,
                 "conditional": self.conditional,
                 "branches": {m: specs(b) for m, b in self._branches.items()},
-                "descriptions": dict(self._descriptions), "train": specs(self._train)}
+                "descriptions": dict(self._descriptions), "train": specs(self._train),
+                "recipe": self.recipe}
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> SearchSpace:
@@ -621,7 +662,7 @@ class SearchSpace:
                 str(doc["name"]), Path(doc["path"]), str(doc["description"]),
                 bool(doc["conditional"]),
                 {m: specs(b) for m, b in doc["branches"].items()},
-                dict(doc["descriptions"]), specs(doc["train"]))
+                dict(doc["descriptions"]), specs(doc["train"]), doc.get("recipe"))
         except (KeyError, TypeError, AttributeError) as exc:
             raise SpaceError(f"stored search space is malformed: {exc!r}") from None
 
@@ -816,6 +857,8 @@ class SearchSpace:
 
         out = [f"{self.name}: {self.description}" if self.description else self.name]
         out.append(f"file: {self.path}")
+        if self.recipe:
+            out.append(f"recipe: {self.recipe}")
         out.append("")
         out.append(line(header))
         out.append(line(tuple("-" * len(h) for h in header)))  # type: ignore[arg-type]
@@ -961,6 +1004,27 @@ def _merge_sections(train: dict[str, _Spec], doc: Mapping[str, Any],
     return {**train, **sections}
 
 
+def training_specs(doc: Mapping[str, Any], label: str, *,
+                   val_fraction: Any = None) -> dict[str, _Spec]:
+    """A document's ``train:``, ``model:``, ``data:`` and ``optimizer:`` as flat trial specs.
+
+    The same parsing and checks as a space file's (a recipe file uses it too); a
+    `val_fraction` is added as the fixed key ``val_fraction``.
+
+    Raises:
+        SpaceError: naming `label` and the key path.
+    """
+    train = _merge_sections(_parse_train(doc.get("train"), label), doc, label)
+    if val_fraction is not None:
+        spec = _parse_spec(val_fraction, f"{label}: val_fraction", expect_float=True)
+        if spec.sampled or not isinstance(spec.value, (int, float)) or isinstance(
+                spec.value, bool) or not 0 < spec.value < 1:
+            raise SpaceError(f"{label}: val_fraction: must be a fixed number in (0, 1), "
+                             f"got {val_fraction!r}")
+        train["val_fraction"] = spec
+    return train
+
+
 def _load(path: Path, label: str) -> tuple[SearchSpace, list[Path]]:
     """Parse and validate one file; returns the space and the files it was built from."""
     doc = _check_top_level(_read_yaml(path, label), label)
@@ -1096,8 +1160,21 @@ def validate_space(name_or_path: str | Path) -> SearchSpace:
 
 def _rebuild_space(name: str, path: Path, description: str, conditional: bool,
                    branches: dict[str, dict[str, Any]], descriptions: dict[str, str],
-                   train: dict[str, Any]) -> SearchSpace:
+                   train: dict[str, Any], recipe: str | None = None) -> SearchSpace:
     return SearchSpace(
         name=name, path=path, description=description, conditional=conditional,
         _branches=MappingProxyType({m: MappingProxyType(b) for m, b in branches.items()}),
-        _descriptions=MappingProxyType(descriptions), _train=MappingProxyType(train))
+        _descriptions=MappingProxyType(descriptions), _train=MappingProxyType(train),
+        recipe=recipe)
+
+
+def _spec_doc(spec: _Spec) -> dict[str, Any]:
+    """A sampled spec as the plain mapping a space file would write."""
+    if spec.kind == "categorical":
+        return {"type": "categorical", "choices": list(spec.choices)}
+    doc: dict[str, Any] = {"type": spec.kind, "low": spec.low, "high": spec.high}
+    if spec.log:
+        doc["log"] = True
+    if spec.step is not None:
+        doc["step"] = spec.step
+    return doc

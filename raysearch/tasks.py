@@ -38,7 +38,7 @@ from raysearch.loop import (
     numpy_logits,
     predict_source,
 )
-from raysearch.metrics import CALIBRATED_KEYS, DENSE_KEYS, SUMMARY_KEYS
+from raysearch.metrics import CALIBRATED_KEYS, DENSE_KEYS, ESTIMATOR_KEYS, SUMMARY_KEYS, TABLE_KEYS
 
 if TYPE_CHECKING:
     from raysearch.config import RunConfig
@@ -51,10 +51,13 @@ __all__ = ["CALIBRATED_KEYS", "CLASS_IOU", "CONFIDENCE_PLOT", "DENSE_KEYS", "LOG
 logger = logging.getLogger(__name__)
 
 _DENSE_TS_KEYS = SUMMARY_KEYS
+#: The papers' table metrics (:data:`~raysearch.metrics.TABLE_KEYS`) that neither the summary
+#: nor the estimators log: ``ece_100``, ``overconfidence``, ``underconfidence``, ...
+_TABLE_EXTRA_KEYS = tuple(k for k in TABLE_KEYS if k not in (*SUMMARY_KEYS, *ESTIMATOR_KEYS))
 
 #: Parquet file (in the final checkpoint and the MLflow run) with val/test logits and labels.
 LOGITS_FILE = "logits.parquet"
-#: Dataset-shift results (``--shift-eval``): a table and a plot.
+#: Dataset-shift results (``--shift-eval`` or ``--shift-data``): a table and a plot.
 SHIFT_TABLE = "shift.csv"
 SHIFT_PLOT = "shift.png"
 #: Segmentation trials: per-class IoU (validation and test) and the confidence maps of a few
@@ -218,7 +221,8 @@ class ClassificationTask(Task):
         n_bins = ctx.cfg.ece_bins
         metrics.update(summary(test_logits, test_y, "test", n_bins,
                                f"after epoch {epochs_completed}"))
-        # the estimators of raysearch.metrics.estimator_summary, once, on the final model
+        # the estimators of raysearch.metrics.estimator_summary and the rest of the papers'
+        # table metrics (raysearch.metrics.TABLE_KEYS), once, on the final model
         metrics.update(_estimators(val_logits, val_y, "val", n_bins))
         metrics.update(_estimators(test_logits, test_y, "test", n_bins))
         if ctx.metric_fns:
@@ -263,8 +267,7 @@ class ClassificationTask(Task):
             val_only = Outputs(result.val_logits, result.val_labels)
             halves = calibrate_outputs(val_only, methods=posthoc, n_bins=cfg.ece_bins,
                                        fraction=0.5, seed=cfg.seed)
-            final.update({k: v for k, v in halves.as_metrics("val").items()
-                          if k.count("_") >= 2})
+            final.update(halves.as_metrics("val", calibrated_only=True))
         if options.get("shift_set"):
             final.update(_shift_eval(result, cfg, test, options["shift_set"], posthoc, out))
         return final
@@ -285,7 +288,7 @@ class DenseTask(Task):
         """
         if side_inputs or interleaved or mixing:
             what = (f"a loss taking {', '.join(side_inputs)} per sample" if side_inputs
-                    else "interleaved training" if interleaved else "MixUp/CutMix")
+                    else "interleaved training" if interleaved else "MixUp/CutMix/RICAP")
             raise ValueError(f"{what} is not available for segmentation (method {method!r})")
 
     def evaluate(self, net: nn.Module, source: Source, ctx: EvalContext, after: str, *,
@@ -413,17 +416,27 @@ def summary(logits: Tensor, labels: Tensor, split: str, n_bins: int,
 
 
 def _estimators(logits: Tensor, labels: Tensor, split: str, n_bins: int) -> dict[str, float]:
-    """``{split}_{key}`` of :func:`raysearch.metrics.estimator_summary` (final model only)."""
-    from raysearch.metrics import estimator_summary, softmax
+    """``{split}_{key}`` of the estimators and of the other table metrics (final model only).
 
-    values = estimator_summary(softmax(numpy_logits(logits)), labels.cpu().numpy(),
-                               n_bins=n_bins)
+    :func:`raysearch.metrics.estimator_summary`, then :func:`raysearch.metrics.table_summary`
+    for the :data:`~raysearch.metrics.TABLE_KEYS` that :func:`summary` and the estimators do
+    not give (``ece_100``, ``overconfidence``, ``underconfidence``, ``average_confidence``).
+    """
+    from raysearch.metrics import estimator_summary, softmax, table_summary
+
+    probs, y = softmax(numpy_logits(logits)), labels.cpu().numpy()
+    values = estimator_summary(probs, y, n_bins=n_bins)
+    values.update(table_summary(probs, y, n_bins=n_bins, keys=_TABLE_EXTRA_KEYS))
     return {f"{split}_{key}": float(value) for key, value in values.items()}
 
 
 def _shift_eval(result: TrainResult, cfg: RunConfig, test: Any, shift_set: Any,
                 posthoc: tuple[str, ...], out: Path) -> dict[str, float]:
-    """Evaluate the trained model on the corrupted test subsample; write the table and plot."""
+    """Evaluate the trained model on the corrupted test subsample; write the table and plot.
+
+    The entries of a released set (``--shift-data``) are read here, one at a time; every entry
+    goes through the test split's normalisation (``with_images``).
+    """
     from raysearch import plots
     from raysearch.calibration import fit_calibrator
     from raysearch.loop import evaluate

@@ -1,0 +1,1 @@
+"""Bundled training recipes (YAML): the training protocol of one paper on one benchmark."""
