@@ -78,8 +78,7 @@ class SegmentationModel(nn.Module):
     Attributes:
         task (str): ``"segmentation"``, so that trainers can tell these models from the
             classification models (which have no ``task`` attribute).
-        backbone (nn.Module): feature extractor returning a dict of feature maps (a
-            torchvision ``IntermediateLayerGetter``).
+        backbone (nn.Module): feature extractor returning a dict of feature maps.
         classifier (nn.Module): head mapping the features to logits at the feature resolution.
         output_stride (int): input size / size of the backbone's last feature map.
 
@@ -313,17 +312,35 @@ class DeepLabV3ResNet34(SegmentationModel):
     def __init__(self, *, num_classes: int, input_shape: Sequence[int]) -> None:
         _check_segmentation_args("deeplabv3_resnet34", num_classes, input_shape)
         import torchvision.models  # imported on use: torchvision is slow to import
-        from torchvision.models._utils import IntermediateLayerGetter
         from torchvision.models.segmentation.deeplabv3 import DeepLabHead
 
         resnet = torchvision.models.resnet34(weights=None)
         _dilate_stage(resnet.layer3, 2)
         _dilate_stage(resnet.layer4, 4)
-        super().__init__(
-            IntermediateLayerGetter(resnet, return_layers={"layer4": "out"}),
-            DeepLabHead(512, num_classes),
-            output_stride=8,
-        )
+        super().__init__(_ResNetTrunk(resnet), DeepLabHead(512, num_classes), output_stride=8)
+
+
+class _ResNetTrunk(nn.ModuleDict):
+    """A torchvision ResNet's stem and stages, returning ``{"out": layer4 features}``.
+
+    The children keep the ResNet's names (``conv1``, ``bn1``, ..., ``layer4``), so the state-dict
+    keys are those of torchvision's own segmentation backbones and of a ResNet checkpoint
+    without ``fc.*``; the pooling and the classifier of the ResNet are left out.
+
+    Shape:
+        x: (N, 3, H, W) float; returns ``{"out": (N, C, H / s, W / s)}``.
+    """
+
+    _STAGES = ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4")
+
+    def __init__(self, resnet: nn.Module) -> None:
+        super().__init__({name: getattr(resnet, name) for name in self._STAGES})
+
+    def forward(self, x: Tensor) -> dict[str, Tensor]:
+        """The last stage's feature map under ``"out"``."""
+        for stage in self.values():
+            x = stage(x)
+        return {"out": x}
 
 
 @dataclass(frozen=True)
