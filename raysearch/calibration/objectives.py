@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from raysearch.calibration.base import (
+from raysearch.calibration._checks import (
     log_softmax,
     validate_choice,
     validate_int,

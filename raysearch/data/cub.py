@@ -58,13 +58,13 @@ from torch.utils.data import Dataset
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
-from raysearch.data.images import IMAGENET_MEAN, IMAGENET_STD, ImageFileDataset, read_rgb
-from raysearch.data.objectness import (
+from raysearch.data._crops import (
     CropResult,
     ObjectnessCrop,
     _sample_seed,
     rasterize_boxes,
 )
+from raysearch.data.images import IMAGENET_MEAN, IMAGENET_STD, ImageFileDataset, read_rgb
 from raysearch.data.splits import (
     OFFICIAL_VAL_FRACTION,
     DatasetError,
