@@ -45,7 +45,7 @@ from raysearch.metrics import calibration_summary, softmax
 from raysearch.posthoc import Outputs, split_outputs
 from raysearch.selection import select_best
 from raysearch.spaces import SpaceError, _fmt, _locate, _one_line, _parse_spec, _read_yaml, _Spec
-from raysearch.sweep_engine import init_ray, make_sampler
+from raysearch.sweep_engine import build_tuner, init_ray, make_sampler
 
 if TYPE_CHECKING:
     import optuna
@@ -261,6 +261,7 @@ def load_posthoc_space(name_or_path: str | Path) -> PosthocSpace:
 #: Calibrators whose objective is part of the method: ``loss`` is never sampled for them.
 FIXED_OBJECTIVE = {"ts_sbece": "sbece", "ts_hb_ece": "hbece"}
 
+
 class _PosthocOptunaSearch(OptunaSearch):
     """OptunaSearch telling Optuna FAIL for a trial whose calibrator rejected its config."""
 
@@ -417,6 +418,83 @@ def run_posthoc_sweep(
         SpaceError: for an invalid space.
         ValueError: for a bad setting, split or tracking URI (before any trial runs).
     """
+    _check_settings(num_samples, objective, tolerance, holdout)
+    space = space if isinstance(space, PosthocSpace) else load_posthoc_space(space)
+    say = progress or (lambda line: logger.info("%s", line))
+    parts = _split_parts(
+        source_outputs, fraction=fraction, holdout=holdout, seed=seed, n_bins=n_bins
+    )
+
+    client, uri = tracking.get_client(tracking_uri)
+    experiment_id = tracking.ensure_experiment(client, experiment, uri)
+    name = name or f"{space.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    rule = f"lowest holdout_ece within {tolerance} of the best holdout_accuracy"
+    params = {
+        "space": space.name,
+        "num_samples": num_samples,
+        "seed": seed,
+        "fraction": fraction,
+        "holdout": holdout,
+        "tolerance": tolerance,
+        "objective": objective,
+        "sampler": "tpe",
+        "n_fit": parts.fit.n_samples,
+        "n_holdout": parts.holdout.n_samples,
+        "n_eval": parts.evaluation.n_samples,
+        "n_classes": source_outputs.n_classes,
+        "n_bins": n_bins,
+        "selection_rule": rule,
+    }
+    parent_id = _open_parent(client, experiment_id, name, space, params, parts.uncalibrated)
+    say(
+        f"post-hoc sweep {name}: {num_samples} trials of space '{space.name}'; "
+        f"{parts.description}; MLflow {uri} (experiment '{experiment}')"
+    )
+
+    start = time.monotonic()
+    try:
+        grid = _run_trials(
+            space,
+            parts,
+            name=name,
+            objective=objective,
+            num_samples=num_samples,
+            seed=seed,
+            n_bins=n_bins,
+            address=address,
+            storage_path=storage_path,
+        )
+        frame = _log_trials(client, experiment_id, parent_id, name, space, grid, say)
+    except BaseException:
+        client.set_terminated(parent_id, "FAILED")
+        raise
+
+    selected = _select(frame, tolerance)
+    best = space.fit_arguments(selected.to_dict()) if selected is not None else None
+    _finish_parent(client, parent_id, frame, selected, best, name, rule, parts.description)
+    seconds = time.monotonic() - start
+    if selected is not None:
+        say(
+            f"selected trial {selected['trial']} ({_config_text(best)}): held-out ECE "
+            f"{100 * selected['holdout_ece']:.2f}%, eval ECE {100 * selected['eval_ece']:.2f}% "
+            f"(uncalibrated {100 * parts.uncalibrated['eval_ece']:.2f}%)"
+        )
+    n_ok = int((frame["status"] == "ok").sum()) if not frame.empty else 0
+    say(
+        f"post-hoc sweep {name} finished in {seconds:.1f}s: {n_ok}/{len(frame)} trials ok; "
+        f"parent run {parent_id}"
+    )
+    return PosthocSweepResult(
+        name, parent_id, uri, frame, selected, best, parts.uncalibrated, parts.description, seconds
+    )
+
+
+def _check_settings(num_samples: Any, objective: str, tolerance: float, holdout: float) -> None:
+    """Refuse a bad sweep setting in one line, before anything is split or written.
+
+    Raises:
+        ValueError: naming the setting and its value.
+    """
     if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
         raise ValueError(f"`num_samples` must be an integer >= 1, got {num_samples!r}")
     if objective not in OBJECTIVES:
@@ -425,13 +503,43 @@ def run_posthoc_sweep(
         raise ValueError(f"`tolerance` must be in [0, 1), got {tolerance}")
     if not 0 < holdout < 1:
         raise ValueError(f"`holdout` must be in (0, 1), got {holdout}")
-    space = space if isinstance(space, PosthocSpace) else load_posthoc_space(space)
-    say = progress or (lambda line: logger.info("%s", line))
 
+
+@dataclass(frozen=True)
+class _Parts:
+    """The three parts of a post-hoc sweep's outputs and the uncalibrated baseline.
+
+    Attributes:
+        fit: what each trial fits its calibrator on.
+        holdout: held-out calibration data (``holdout_*`` metrics: objective and selection).
+        evaluation: the evaluation part (``eval_*`` metrics, reported only).
+        description: one line saying how the data were split.
+        uncalibrated: ``holdout_*`` and ``eval_*`` metrics of the uncalibrated softmax.
+    """
+
+    fit: Outputs
+    holdout: Outputs
+    evaluation: Outputs
+    description: str
+    uncalibrated: dict[str, float]
+
+    def trial_data(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """``fit``, ``holdout`` and ``eval`` (logits, labels) pairs, as the trials take them."""
+        return {
+            "fit": (self.fit.logits, self.fit.labels),
+            "holdout": (self.holdout.logits, self.holdout.labels),
+            "eval": (self.evaluation.logits, self.evaluation.labels),
+        }
+
+
+def _split_parts(
+    source_outputs: Outputs, *, fraction: float, holdout: float, seed: int, n_bins: int
+) -> _Parts:
+    """Split into calibration and evaluation, then calibration into fit and held-out parts."""
     parts = split_outputs(source_outputs, fraction=fraction, seed=seed)
     inner = split_outputs(parts.calibration, fraction=1.0 - holdout, seed=seed)
     fit, held, ev = inner.calibration, inner.evaluation, parts.evaluation
-    split = (
+    description = (
         f"{parts.description}; calibration part split again: {fit.n_samples} fit / "
         f"{held.n_samples} held-out"
     )
@@ -439,11 +547,18 @@ def run_posthoc_sweep(
         **_summary(softmax(held.logits), held.labels, "holdout", n_bins),
         **_summary(softmax(ev.logits), ev.labels, "eval", n_bins),
     }
+    return _Parts(fit, held, ev, description, uncalibrated)
 
-    client, uri = tracking.get_client(tracking_uri)
-    experiment_id = tracking.ensure_experiment(client, experiment, uri)
-    name = name or f"{space.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    rule = f"lowest holdout_ece within {tolerance} of the best holdout_accuracy"
+
+def _open_parent(
+    client: Any,
+    experiment_id: str,
+    name: str,
+    space: PosthocSpace,
+    params: dict[str, Any],
+    uncalibrated: dict[str, float],
+) -> str:
+    """Create the sweep's parent run with its params and uncalibrated metrics; its run id."""
     parent_id = client.create_run(
         experiment_id,
         run_name=name,
@@ -453,99 +568,77 @@ def run_posthoc_sweep(
             "raysearch.space": space.name,
         },
     ).info.run_id
-    tracking.log_params(
-        client,
-        parent_id,
-        {
-            "space": space.name,
-            "num_samples": num_samples,
-            "seed": seed,
-            "fraction": fraction,
-            "holdout": holdout,
-            "tolerance": tolerance,
-            "objective": objective,
-            "sampler": "tpe",
-            "n_fit": fit.n_samples,
-            "n_holdout": held.n_samples,
-            "n_eval": ev.n_samples,
-            "n_classes": source_outputs.n_classes,
-            "n_bins": n_bins,
-            "selection_rule": rule,
-        },
-    )
+    tracking.log_params(client, parent_id, params)
     tracking.log_metrics(
         client, parent_id, {f"uncalibrated_{k}": v for k, v in uncalibrated.items()}, step=0
     )
-    say(
-        f"post-hoc sweep {name}: {num_samples} trials of space '{space.name}'; {split}; "
-        f"MLflow {uri} (experiment '{experiment}')"
+    return parent_id
+
+
+def _run_trials(
+    space: PosthocSpace,
+    parts: _Parts,
+    *,
+    name: str,
+    objective: str,
+    num_samples: int,
+    seed: int,
+    n_bins: int,
+    address: str | None,
+    storage_path: str | None,
+) -> Any:
+    """Run the sweep's trials through :func:`raysearch.sweep_engine.build_tuner`.
+
+    One trial per sampled configuration, one CPU each, no retry (a calibrator that rejects its
+    configuration reports ``error`` and ends FAILED); seeded TPE minimises the held-out metric
+    of `objective`.
+
+    Returns:
+        Tune's ``ResultGrid``.
+    """
+    init_ray(address)
+    data = parts.trial_data()
+    searcher = _PosthocOptunaSearch(
+        space=space.define_by_run,
+        metric=OBJECTIVES[objective],
+        mode="min",
+        sampler=make_sampler("tpe", seed),
     )
+    trainable = tune.with_resources(
+        tune.with_parameters(run_posthoc_trial, space=space, data=data, n_bins=n_bins),
+        {"cpu": 1},
+    )
+    storage = Path(storage_path or Path("~/ray_results").expanduser()).resolve()
+    tuner = build_tuner(
+        trainable,
+        search_alg=searcher,
+        num_samples=num_samples,
+        name=name,
+        storage_path=str(storage),
+        max_failures=0,
+    )
+    return tuner.fit()
 
-    start = time.monotonic()
-    try:
-        init_ray(address)
-        data = {
-            "fit": (fit.logits, fit.labels),
-            "holdout": (held.logits, held.labels),
-            "eval": (ev.logits, ev.labels),
-        }
-        searcher = _PosthocOptunaSearch(
-            space=space.define_by_run,
-            metric=OBJECTIVES[objective],
-            mode="min",
-            sampler=make_sampler("tpe", seed),
-        )
-        trainable = tune.with_resources(
-            tune.with_parameters(run_posthoc_trial, space=space, data=data, n_bins=n_bins),
-            {"cpu": 1},
-        )
-        storage = Path(storage_path or Path("~/ray_results").expanduser()).resolve()
-        tuner = tune.Tuner(
-            trainable,
-            tune_config=tune.TuneConfig(
-                search_alg=searcher, num_samples=num_samples, reuse_actors=True
-            ),
-            run_config=tune.RunConfig(
-                name=name,
-                storage_path=str(storage),
-                verbose=0,
-                failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
-            ),
-        )
-        grid = tuner.fit()
-        frame = _log_trials(client, experiment_id, parent_id, name, space, grid, say)
-    except BaseException:
-        client.set_terminated(parent_id, "FAILED")
-        raise
 
+def _select(frame: pd.DataFrame, tolerance: float) -> pd.Series | None:
+    """Mark and return the selected trial among the ``ok`` ones (None when every one failed).
+
+    The selection rule (:func:`raysearch.selection.select_best`) on held-out metrics only:
+    lowest ``holdout_ece`` within `tolerance` of the best ``holdout_accuracy``. Sets the
+    ``selected`` column of `frame`.
+    """
     frame["selected"] = False
-    selected = best = None
     ok = frame[frame["status"] == "ok"] if not frame.empty else frame
-    if not ok.empty:
-        position = select_best(
-            ok.reset_index(drop=True),
-            accuracy="holdout_accuracy",
-            ece="holdout_ece",
-            tolerance=tolerance,
-        )
-        frame.loc[ok.index[position], "selected"] = True
-        selected = frame.loc[ok.index[position]]
-        best = space.fit_arguments(selected.to_dict())
-    _finish_parent(client, parent_id, frame, selected, best, name, rule, split)
-    seconds = time.monotonic() - start
-    if selected is not None:
-        say(
-            f"selected trial {selected['trial']} ({_config_text(best)}): held-out ECE "
-            f"{100 * selected['holdout_ece']:.2f}%, eval ECE {100 * selected['eval_ece']:.2f}% "
-            f"(uncalibrated {100 * uncalibrated['eval_ece']:.2f}%)"
-        )
-    say(
-        f"post-hoc sweep {name} finished in {seconds:.1f}s: {len(ok)}/{len(frame)} trials ok; "
-        f"parent run {parent_id}"
+    if ok.empty:
+        return None
+    position = select_best(
+        ok.reset_index(drop=True),
+        accuracy="holdout_accuracy",
+        ece="holdout_ece",
+        tolerance=tolerance,
     )
-    return PosthocSweepResult(
-        name, parent_id, uri, frame, selected, best, uncalibrated, split, seconds
-    )
+    frame.loc[ok.index[position], "selected"] = True
+    return frame.loc[ok.index[position]]
 
 
 def _config_text(kwargs: dict[str, Any]) -> str:
