@@ -132,6 +132,8 @@ from raysearch.models import output_logits
 if TYPE_CHECKING:
     from raysearch.config import RunConfig
     from raysearch.data import DatasetSplits
+    from raysearch.loop import SideInputFeed, TrainFeed
+    from raysearch.tasks import EvalContext, Task
 
 __all__ = ["EVAL_BATCH_SIZE", "PRECISIONS", "DivergedError", "EpochResult", "TrainResult",
            "build_run_loss", "build_run_model", "evaluate", "fit", "load_run_data"]
@@ -232,16 +234,87 @@ def fit(
             or a training split too small to hold out a stratified part.
         TypeError: if `distributed` is not a bool or None.
     """
+    run = _setup(cfg, resume=resume, device=device, data=data, loss=loss, precision=precision,
+                 num_workers=num_workers, distributed=distributed, components=components,
+                 metrics=metrics)
+    val_state = None
+    for epoch in range(run.start_epoch, cfg.epochs + 1):
+        epoch_metrics = _train_epoch(run, epoch)
+        val_state, val_metrics = _evaluate(run, epoch)
+        epoch_metrics.update(val_metrics)
+        run.metrics = epoch_metrics
+        if on_epoch is not None:
+            _report(on_epoch, epoch, epoch_metrics, _checkpoint(run, epoch))
+    return _finish(run, val_state)
+
+
+@dataclass
+class _Run:
+    """What the steps of one :func:`fit` share (built by :func:`_setup`).
+
+    Attributes:
+        cfg: the run's config.
+        data: its splits.
+        task: what the data asks of training and evaluation (:mod:`raysearch.tasks`).
+        amp: precision and memory format of the forward passes.
+        ddp: the DDP group, or None.
+        model: what trains (the DDP wrapper in DDP mode).
+        net: what is evaluated and checkpointed (`model` unwrapped).
+        loss_fn: the training objective.
+        optimizer: the optimiser over `net`'s parameter groups.
+        scheduler: the ``LambdaLR`` of :func:`lr_factor`, stepped once per epoch.
+        feed: the training batches of each epoch (:func:`raysearch.loop.train_feed`).
+        mixer: MixUp/CutMix/RICAP (:func:`_make_mixer`), or None.
+        parts: interleaved training's (majority, held-out) training indices, or None.
+        head_names: parameter names of the classification head (:func:`_head_names`).
+        val_source: the validation split on the device.
+        ctx: what the task's evaluation needs.
+        start_epoch: the first epoch to train, 1-based (after the resumed one).
+        metrics: the metrics of the last finished epoch (a resumed state's, before any).
+    """
+
+    cfg: RunConfig
+    data: DatasetSplits
+    task: Task
+    amp: Amp
+    ddp: Dist | None
+    model: nn.Module
+    net: nn.Module
+    loss_fn: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    feed: TrainFeed | SideInputFeed
+    mixer: Callable[[Tensor, Tensor], tuple[Tensor, Tensor, Tensor]] | None
+    parts: tuple[Tensor, Tensor] | None
+    head_names: set[str]
+    val_source: Source
+    ctx: EvalContext
+    start_epoch: int
+    metrics: dict[str, float]
+
+
+def _setup(
+    cfg: RunConfig,
+    *,
+    resume: dict[str, Any] | None,
+    device: str | torch.device,
+    data: DatasetSplits | None,
+    loss: nn.Module | None,
+    precision: str,
+    num_workers: int,
+    distributed: bool | None,
+    components: Mapping[str, Mapping[str, Any]] | None,
+    metrics: Mapping[str, Any] | None,
+) -> _Run:
+    """Check the arguments, seed, and build everything the epochs need (arguments of :func:`fit`).
+
+    The global seeds are set before the data is loaded and the model built, and nothing else
+    draws from them before the model, so the initial weights depend on `cfg` alone.
+    """
     from raysearch.optim import build_optimizer
     from raysearch.tasks import EvalContext, task_for
 
-    device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {str(device)!r} was asked for but no CUDA GPU is visible")
-    if precision not in PRECISIONS:
-        raise ValueError(f"`precision` must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-        raise ValueError(f"`num_workers` must be an int >= 0, got {num_workers!r}")
+    device = _checked_device(device, precision, num_workers)
     amp = Amp(device, precision)
     ddp = Dist.detect(distributed, device)
     random.seed(cfg.seed)
@@ -254,102 +327,192 @@ def fit(
         ddp.check_sizes(cfg.batch_size, data)
     task = task_for(data)
     label = f"model {cfg.model.name!r}"
-    model = build_run_model(cfg, data, components=components)
-    task.check_model(model, label)
-    if ddp is not None and device.type == "cuda":
-        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    model.to(device)
-    if amp.channels_last:
-        model.to(memory_format=torch.channels_last)
+    net = _place_model(build_run_model(cfg, data, components=components), task, label, amp, ddp)
     loss_fn = loss if loss is not None else build_run_loss(cfg, data, components=components)
     if isinstance(loss_fn, nn.Module):
         loss_fn = loss_fn.to(device)
     feed = train_feed(data, loss_fn, seed=cfg.seed, device=device, num_workers=num_workers)
+    fraction, mixer = _check_training(cfg, task, loss_fn, feed.side_inputs, data.num_classes)
+    if cfg.model.pretrained and resume is None:  # a resumed run loads its own checkpoint below
+        _load_pretrained(net, cfg.model.pretrained)
+    head_names = _head_names(net, cfg)
+    optimizer = build_optimizer(cfg.optimizer, _param_groups(net, cfg, head_names))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg))
+    start_epoch, epoch_metrics = _restore(cfg, resume, net, optimizer, scheduler)
+    model = net if ddp is None else ddp.wrap(net)
+    parts = None
+    if fraction is not None:
+        parts = _interleave_split(feed.source.labels().cpu().numpy(), fraction, cfg.seed)
+    ctx = EvalContext(data=data, cfg=cfg, amp=amp, ddp=ddp, num_workers=num_workers,
+                      label=label, metric_fns=dict(metrics or {}))
+    return _Run(cfg=cfg, data=data, task=task, amp=amp, ddp=ddp, model=model, net=net,
+                loss_fn=loss_fn, optimizer=optimizer, scheduler=scheduler, feed=feed, mixer=mixer,
+                parts=parts, head_names=head_names,
+                val_source=Source(data.val, device, num_workers=num_workers), ctx=ctx,
+                start_epoch=start_epoch, metrics=epoch_metrics)
+
+
+def _checked_device(device: str | torch.device, precision: str, num_workers: int) -> torch.device:
+    """`device` as a ``torch.device``, after checking it, `precision` and `num_workers`."""
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {str(device)!r} was asked for but no CUDA GPU is visible")
+    if precision not in PRECISIONS:
+        raise ValueError(f"`precision` must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+        raise ValueError(f"`num_workers` must be an int >= 0, got {num_workers!r}")
+    return device
+
+
+def _place_model(model: nn.Module, task: Task, label: str, amp: Amp, ddp: Dist | None
+                 ) -> nn.Module:
+    """`model`, checked by the task, on the run's device and in its memory format.
+
+    In DDP mode on CUDA its BatchNorm layers become ``SyncBatchNorm``.
+    """
+    task.check_model(model, label)
+    if ddp is not None and amp.device.type == "cuda":
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model.to(amp.device)
+    if amp.channels_last:
+        model.to(memory_format=torch.channels_last)
+    return model
+
+
+def _check_training(
+    cfg: RunConfig, task: Task, loss_fn: nn.Module, side_inputs: tuple[str, ...], num_classes: int
+) -> tuple[float | None, Callable[[Tensor, Tensor], tuple[Tensor, Tensor, Tensor]] | None]:
+    """Check that the loss, the data and the training options go together.
+
+    Returns:
+        tuple: ``(fraction, mixer)``: the interleaved held-out fraction (None when training is
+        not interleaved) and the batch mixer of :func:`_make_mixer` (or None).
+
+    Raises:
+        ValueError: as listed in :func:`fit` (interleaving, mixing, the task's own checks).
+    """
     interleaved = bool(cfg.interleaved)
+    fraction = None
     if interleaved:
-        _check_interleavable(loss_fn, cfg.loss.name, bool(feed.side_inputs))
+        _check_interleavable(loss_fn, cfg.loss.name, bool(side_inputs))
         fraction = _interleave_fraction(cfg)
-    mixer = _make_mixer(cfg, data.num_classes)
-    task.check_training(side_inputs=feed.side_inputs, interleaved=interleaved,
+    mixer = _make_mixer(cfg, num_classes)
+    task.check_training(side_inputs=side_inputs, interleaved=interleaved,
                         mixing=mixer is not None, method=cfg.loss.name)
-    if mixer is not None and (feed.side_inputs or interleaved):
-        what = (f"a loss taking {', '.join(feed.side_inputs)} per sample" if feed.side_inputs
+    if mixer is not None and (side_inputs or interleaved):
+        what = (f"a loss taking {', '.join(side_inputs)} per sample" if side_inputs
                 else "interleaved training")
         raise ValueError(f"MixUp/CutMix/RICAP (mixup_alpha/cutmix_alpha/ricap_beta > 0) cannot "
                          f"be combined with "
                          f"{what} (method {cfg.loss.name!r})")
-    if cfg.model.pretrained and resume is None:  # a resumed run loads its own checkpoint below
-        from raysearch.models.pretrained import load_pretrained
+    return fraction, mixer
 
-        info = load_pretrained(model, cfg.model.pretrained)
-        logger.info("loaded %d tensors of %s (sha256 %s)%s", info.loaded, info.source,
-                    info.sha256[:12], "; head replaced" if info.replaced_head else "")
-    head_names = _head_names(model, cfg)
-    optimizer = build_optimizer(cfg.optimizer, _param_groups(model, cfg, head_names))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg))
 
-    start_epoch = 1
-    epoch_metrics: dict[str, float] = {}
-    if resume is not None:
-        if "epoch" not in resume:
-            raise ValueError(f"`resume` must be a state from on_epoch, got keys {sorted(resume)}")
-        model.load_state_dict(resume["model"])
-        optimizer.load_state_dict(resume["optimizer"])
-        scheduler.load_state_dict(resume["scheduler"])
-        start_epoch = int(resume["epoch"]) + 1
-        epoch_metrics = dict(resume.get("metrics") or {})
-        logger.info("resuming %s/%s at epoch %d", cfg.loss.name, cfg.model.name, start_epoch)
-    # `model` is what trains (DDP wrapper in DDP mode); `net` is evaluated and checkpointed
-    net = model
-    if ddp is not None:
-        model = ddp.wrap(net)
-    if interleaved:
-        majority, held_out = _interleave_split(feed.source.labels().cpu().numpy(), fraction,
-                                               cfg.seed)
-    val_source = Source(data.val, device, num_workers=num_workers)
-    ctx = EvalContext(data=data, cfg=cfg, amp=amp, ddp=ddp, num_workers=num_workers,
-                      label=label, metric_fns=dict(metrics or {}))
+def _load_pretrained(net: nn.Module, source: str) -> None:
+    """Load pretrained weights into `net` (:func:`raysearch.models.pretrained.load_pretrained`)."""
+    from raysearch.models.pretrained import load_pretrained
 
-    val_state = None
+    info = load_pretrained(net, source)
+    logger.info("loaded %d tensors of %s (sha256 %s)%s", info.loaded, info.source,
+                info.sha256[:12], "; head replaced" if info.replaced_head else "")
+
+
+def _restore(
+    cfg: RunConfig,
+    resume: dict[str, Any] | None,
+    net: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+) -> tuple[int, dict[str, float]]:
+    """Load a `resume` state; returns the first epoch to train and the state's metrics.
+
+    Without `resume`: ``(1, {})``.
+
+    Raises:
+        ValueError: if `resume` has no ``epoch``.
+    """
+    if resume is None:
+        return 1, {}
+    if "epoch" not in resume:
+        raise ValueError(f"`resume` must be a state from on_epoch, got keys {sorted(resume)}")
+    net.load_state_dict(resume["model"])
+    optimizer.load_state_dict(resume["optimizer"])
+    scheduler.load_state_dict(resume["scheduler"])
+    start_epoch = int(resume["epoch"]) + 1
+    logger.info("resuming %s/%s at epoch %d", cfg.loss.name, cfg.model.name, start_epoch)
+    return start_epoch, dict(resume.get("metrics") or {})
+
+
+def _train_epoch(run: _Run, epoch: int) -> dict[str, float]:
+    """Train epoch `epoch` (1-based), then step the schedule; returns the training metrics.
+
+    The batch order and the augmentation draw from generators seeded with ``(cfg.seed,
+    epoch)`` alone. In DDP mode the buffers (BatchNorm statistics) are synced from rank 0.
+
+    Raises:
+        DivergedError: if a batch's loss is NaN or infinite.
+    """
+    cfg = run.cfg
     frozen = cfg.model.freeze_backbone_epochs
-    for epoch in range(start_epoch, cfg.epochs + 1):
-        if frozen:  # the head alone for the first `frozen` epochs, then everything
-            _freeze_backbone(net, head_names, epoch <= frozen)
-        generator = torch.Generator().manual_seed(_epoch_seed(cfg.seed, epoch))
-        augment = torch.Generator().manual_seed(_epoch_seed(cfg.seed, epoch) ^ _AUGMENT_SALT)
-        model.train()
-        guard = _Guard(device, optimizer, epoch, ddp)
-        if interleaved:
-            epoch_metrics = _train_epoch_interleaved(
-                model, loss_fn, guard, feed.source, (majority, held_out), cfg.batch_size,
-                generator, augment, amp, ddp=ddp, label=label,
-            )
-        else:
-            batches, n, side = feed.epoch(epoch, cfg.batch_size, generator, augment, ddp)
-            epoch_metrics = _train_epoch(
-                model, loss_fn, guard, batches, n, amp, side=side, mixer=mixer, ddp=ddp,
-                ignore_index=data.ignore_index, label=label,
-            )
-        guard.check()
-        scheduler.step()
-        if ddp is not None:
-            ddp.sync_buffers(net)
-        val_state, val_metrics = task.evaluate(net, val_source, ctx, f"after epoch {epoch}",
-                                               final=epoch == cfg.epochs)
-        epoch_metrics.update(val_metrics)
-        if on_epoch is not None:
-            state = {
-                "epoch": epoch,
-                "model": copy.deepcopy(net.state_dict()),
-                "optimizer": copy.deepcopy(optimizer.state_dict()),
-                "scheduler": copy.deepcopy(scheduler.state_dict()),
-                "metrics": dict(epoch_metrics),
-            }
-            on_epoch(epoch, dict(epoch_metrics), state)
+    if frozen:  # the head alone for the first `frozen` epochs, then everything
+        _freeze_backbone(run.net, run.head_names, epoch <= frozen)
+    generator = torch.Generator().manual_seed(_epoch_seed(cfg.seed, epoch))
+    augment = torch.Generator().manual_seed(_epoch_seed(cfg.seed, epoch) ^ _AUGMENT_SALT)
+    run.model.train()
+    guard = _Guard(run.amp.device, run.optimizer, epoch, run.ddp)
+    if run.parts is not None:
+        metrics = _train_pass_interleaved(
+            run.model, run.loss_fn, guard, run.feed.source, run.parts, cfg.batch_size,
+            generator, augment, run.amp, ddp=run.ddp, label=run.ctx.label,
+        )
+    else:
+        batches, n, side = run.feed.epoch(epoch, cfg.batch_size, generator, augment, run.ddp)
+        metrics = _train_pass(
+            run.model, run.loss_fn, guard, batches, n, run.amp, side=side, mixer=run.mixer,
+            ddp=run.ddp, ignore_index=run.data.ignore_index, label=run.ctx.label,
+        )
+    guard.check()
+    run.scheduler.step()
+    if run.ddp is not None:
+        run.ddp.sync_buffers(run.net)
+    return metrics
 
-    epochs_completed = max(cfg.epochs, start_epoch - 1)
-    return task.finish(net, val_state, val_source, ctx, epoch_metrics, epochs_completed,
-                       start_epoch)
+
+def _evaluate(run: _Run, epoch: int) -> tuple[Any, dict[str, float]]:
+    """The task's validation after epoch `epoch`: ``(state, val_* metrics)``.
+
+    `state` is what the task keeps for :func:`_finish` (the last epoch's validation logits).
+    """
+    return run.task.evaluate(run.net, run.val_source, run.ctx, f"after epoch {epoch}",
+                             final=epoch == run.cfg.epochs)
+
+
+def _checkpoint(run: _Run, epoch: int) -> dict[str, Any]:
+    """The state :func:`fit` gives ``on_epoch`` after epoch `epoch` (deep copies; `resume`)."""
+    return {
+        "epoch": epoch,
+        "model": copy.deepcopy(run.net.state_dict()),
+        "optimizer": copy.deepcopy(run.optimizer.state_dict()),
+        "scheduler": copy.deepcopy(run.scheduler.state_dict()),
+        "metrics": dict(run.metrics),
+    }
+
+
+def _report(on_epoch: OnEpoch, epoch: int, metrics: dict[str, float],
+            state: dict[str, Any]) -> None:
+    """Call ``on_epoch(epoch, metrics, state)`` with a copy of the epoch's metrics."""
+    on_epoch(epoch, dict(metrics), state)
+
+
+def _finish(run: _Run, val_state: Any) -> TrainResult:
+    """Evaluate the trained model on the test split; the run's :class:`TrainResult`.
+
+    `val_state` is the last :func:`_evaluate`'s state (None when a resumed run had no epoch
+    left to train).
+    """
+    epochs_completed = max(run.cfg.epochs, run.start_epoch - 1)
+    return run.task.finish(run.net, val_state, run.val_source, run.ctx, run.metrics,
+                           epochs_completed, run.start_epoch)
 
 
 def load_run_data(cfg: RunConfig, *, components: Mapping[str, Mapping[str, Any]] | None = None,
@@ -587,7 +750,7 @@ def _make_mixer(
         parts.append(v2.MixUp(alpha=mixup, num_classes=num_classes))
     if cutmix > 0:
         parts.append(v2.CutMix(alpha=cutmix, num_classes=num_classes))
-    if ricap_beta > 0:  # RICAP: (x, weights (4,), labels (4, N)), see _train_epoch
+    if ricap_beta > 0:  # RICAP: (x, weights (4,), labels (4, N)), see _train_pass
         from raysearch.data.ricap import ricap_patches
 
         parts.append(lambda x, y: ricap_patches(x, y, ricap_beta))
@@ -605,7 +768,7 @@ def _make_mixer(
     return mix
 
 
-def _train_epoch(
+def _train_pass(
     model: nn.Module,
     loss_fn: nn.Module,
     guard: _Guard,
@@ -689,7 +852,7 @@ def _forward(model: nn.Module, x: Tensor, amp: Amp, label: str = "the model") ->
     return logits.float()
 
 
-def _train_epoch_interleaved(
+def _train_pass_interleaved(
     model: nn.Module,
     loss_fn: nn.Module,
     guard: _Guard,
