@@ -223,7 +223,7 @@ def test_classwise_ece_chunking_does_not_change_value(monkeypatch):
     probs = softmax(rng.normal(size=(500, 6)))
     labels = rng.integers(0, 6, 500)
     whole = classwise_ece(probs, labels)
-    monkeypatch.setattr(metrics, "_CHUNK_ENTRIES", 7)  # 1 row per chunk
+    monkeypatch.setattr(metrics.classwise, "_CHUNK_ENTRIES", 7)  # 1 row per chunk
     assert classwise_ece(probs, labels) == pytest.approx(whole, abs=1e-14)
 
 

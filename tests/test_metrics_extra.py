@@ -279,7 +279,7 @@ def _reference_classwise_ece(probs, labels, n_bins):
     counts = np.zeros(k * n_bins, dtype=np.int64)
     score_sums = np.zeros(k * n_bins)
     hit_sums = np.zeros(k * n_bins)
-    rows = max(1, metrics._CHUNK_ENTRIES // k)
+    rows = max(1, metrics.classwise._CHUNK_ENTRIES // k)
     for start in range(0, n, rows):
         block = probs[start : start + rows]
         slots = metrics._assign_bins(block, n_bins) + np.arange(k) * n_bins
@@ -348,7 +348,7 @@ def torch_threads():
 def test_top1_scan_matches_argmax_and_max(monkeypatch, dtype):
     # Small blocks: several per call, a shorter last one. C order takes the fast checks and
     # the flat gather; F order and a reversed view the exact checks and take_along_axis.
-    monkeypatch.setattr(metrics, "_BLOCK_ENTRIES", 64)
+    monkeypatch.setattr(metrics._checks, "_BLOCK_ENTRIES", 64)
     probs, _ = _edge_probs(203, 7, dtype, seed=4)
     for layout in (probs, np.asfortranarray(probs), probs[::-1]):
         predictions, confidences = metrics._top1_scan(layout, 1e-3)
@@ -359,7 +359,7 @@ def test_top1_scan_matches_argmax_and_max(monkeypatch, dtype):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_fast_checks_accept_and_raise_exactly_as_the_exact_checks(monkeypatch, dtype):
-    monkeypatch.setattr(metrics, "_BLOCK_ENTRIES", 64)  # several blocks, a shorter last one
+    monkeypatch.setattr(metrics._checks, "_BLOCK_ENTRIES", 64)  # several blocks, a shorter last one
     base = softmax(np.random.default_rng(5).normal(size=(40, 6)) * 2).astype(dtype)
     tol = dtype(1e-6)
     edits = {
@@ -406,7 +406,7 @@ def test_classwise_ece_matches_bincount_reference_bit_for_bit(
     monkeypatch, torch_threads, workers, dtype
 ):
     # Blocks of 100 entries (12 rows of 8 classes, a shorter last block), serial and threaded.
-    monkeypatch.setattr(metrics, "_CHUNK_ENTRIES", 100)
+    monkeypatch.setattr(metrics.classwise, "_CHUNK_ENTRIES", 100)
     torch_threads(workers)
     probs, labels = _edge_probs(301, 8, dtype, seed=6)
     probs[0, :2] += [-1e-7, 1e-7]  # a slightly negative entry (within the 1e-6 tolerance)
@@ -417,7 +417,7 @@ def test_classwise_ece_matches_bincount_reference_bit_for_bit(
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_ece_and_adaptive_ece_match_reference_bit_for_bit(monkeypatch, dtype):
-    monkeypatch.setattr(metrics, "_BLOCK_ENTRIES", 64)
+    monkeypatch.setattr(metrics._checks, "_BLOCK_ENTRIES", 64)
     probs, labels = _edge_probs(257, 5, dtype, seed=7)
     for n_bins in (1, 5, 15, 40):
         assert ece(probs, labels, n_bins) == _reference_ece(probs, labels, n_bins, "equal_width")

@@ -1,0 +1,209 @@
+r"""Accuracy and calibration metrics of classifier probabilities, and reliability-diagram bins.
+
+Every metric takes ``probs``, an (N, K) array of class probabilities (rows sum to 1), and
+``labels``, an (N,) array of integer class indices in [0, K), as NumPy arrays or PyTorch tensors
+(any device), and returns a Python ``float``. Calibration errors are fractions in [0, 1], not
+percents. The classwise ECE of large inputs runs on background threads (at most
+``torch.get_num_threads()``, none when it is 1); values do not depend on the number of threads.
+
+Notation: for sample i, the confidence is :math:`c_i = \max_k p_{ik}`, the prediction is
+:math:`\hat y_i = \arg\max_k p_{ik}` (first index on ties) and the hit is
+:math:`a_i = 1[\hat y_i = y_i]`. For a bin :math:`B_b` of samples, :math:`|B_b|` is its size,
+:math:`\mathrm{acc}_b = \frac{1}{|B_b|}\sum_{i \in B_b} a_i` its accuracy and
+:math:`\mathrm{conf}_b = \frac{1}{|B_b|}\sum_{i \in B_b} c_i` its mean confidence.
+
+Binning rules (shared by every binned metric through one helper):
+
+* ``equal_width``: M bins :math:`(e_b, e_{b+1}]` with edges :math:`e_b = b / M` (the float nearest
+  b / M, in the dtype of the scores, so ``0.2`` typed by a user is on the edge whatever the
+  precision). A score exactly 0.0 falls in the first bin and a score exactly 1.0 in the last bin;
+  there is no extra bin for 1.0 (the ``np.digitize`` / torchmetrics#3510 pitfall).
+* ``equal_mass`` (adaptive): samples are sorted by confidence (stable sort) and cut with
+  ``np.array_split`` into M groups of nearly equal size; each sample is counted exactly once,
+  tied confidences may straddle two bins.
+
+Empty bins contribute nothing. Metrics with names used in Tune/MLflow (``{split}_{metric}``) are
+gathered by :func:`calibration_summary` and, for the estimators of the soft-calibration paper's
+appendix, :func:`estimator_summary`; every column of the five papers' result tables
+(:data:`TABLE_KEYS`, with the paper column each one reproduces) by :func:`table_summary`.
+:class:`CalibrationMeter` accumulates the same metrics batch by batch in constant memory,
+for outputs too large to hold (segmentation pixels).
+
+References:
+    Naeini, Cooper and Hauskrecht, "Obtaining Well Calibrated Probabilities Using Bayesian
+    Binning", AAAI 2015 (ECE, MCE).
+    Guo, Pleiss, Sun and Weinberger, "On Calibration of Modern Neural Networks", ICML 2017,
+    arXiv:1706.04599 (ECE with 15 equal-width bins, reliability diagrams).
+    Kull et al., "Beyond temperature scaling: Obtaining well-calibrated multiclass probabilities
+    with Dirichlet calibration", NeurIPS 2019, arXiv:1910.12656 (classwise ECE).
+    Nixon et al., "Measuring Calibration in Deep Learning", CVPR Workshops 2019,
+    arXiv:1904.01685 (adaptive ECE, static calibration error).
+    Karandikar et al., "Soft Calibration Objectives for Neural Networks", NeurIPS 2021,
+    arXiv:2108.00106, Eq. 6 (ECE of order p).
+    Brier, "Verification of forecasts expressed in terms of probability", Monthly Weather
+    Review 1950.
+    Gupta et al., "Calibration of Neural Networks using Splines", ICLR 2021, arXiv:2006.12800
+    (KS error).
+    Krothapalli and Abbott, "Adaptive Label Smoothing", arXiv:2009.06432, Sec. 4.2 (average
+    confidence, over- and underconfidence after Mund et al., ICRA 2015, and Wenger et al.,
+    AISTATS 2020); Thulasidasan et al., NeurIPS 2019, arXiv:1905.11001 (binned
+    overconfidence error).
+    Efron and Tibshirani, "An Introduction to the Bootstrap", 1993 (percentile interval of
+    :func:`ece_ci`).
+    Kumar, Liang and Ma, "Verified Uncertainty Calibration", NeurIPS 2019, arXiv:1909.10155
+    (debiased l2 calibration error, marginal calibration error).
+    Roelofs, Cain, Shlens and Mozer, "Mitigating Bias in Calibration Error Estimation",
+    AISTATS 2022, arXiv:2012.08668 (monotonic-sweep calibration error ECE_sweep).
+
+Modules (each imports only those above it; none imports this package, which re-exports every
+name, public and private, that ``raysearch.metrics`` held as one module):
+
+* :mod:`~raysearch.metrics._checks`: conversion and validation of ``probs`` / ``labels``, the
+  top-1 scan, :func:`softmax`;
+* :mod:`~raysearch.metrics.binning`: the shared binning helper (:func:`_assign_bins`), bin
+  sums and means, the l1 / l2 / max gap reduction, :data:`BINNINGS`, :data:`NORMS`;
+* :mod:`~raysearch.metrics.classwise`: :func:`classwise_ece`;
+* :mod:`~raysearch.metrics.binned`: :func:`ece`, :func:`adaptive_ece`, :func:`mce`,
+  :func:`reliability_bins`, :func:`overconfidence`, :func:`underconfidence`;
+* :mod:`~raysearch.metrics.binless`: :func:`accuracy`, :func:`nll`, :func:`brier`,
+  :func:`ks_error`, :func:`average_confidence`, :func:`debiased_ece`, :func:`sweep_ece`,
+  :func:`marginal_ece`;
+* :mod:`~raysearch.metrics.bootstrap`: :func:`ece_ci`;
+* :mod:`~raysearch.metrics.meter`: :class:`CalibrationMeter` (torch, any device);
+* :mod:`~raysearch.metrics.table`: the logged key tuples and :func:`calibration_summary`,
+  :func:`estimator_summary`, :func:`table_summary`, :func:`calibration_report`.
+"""
+
+# Every name the former single module held, public and private, stays importable from here
+# (tests, raysearch.posthoc and raysearch.calibration.objectives import private ones).
+from raysearch.metrics._checks import (  # noqa: F401
+    _BLOCK_ENTRIES,
+    _PROB_TOLERANCE,
+    _ROW_SUM_TOLERANCE,
+    _as_float_array,
+    _block_checks,
+    _check_choice,
+    _check_labels,
+    _check_n_bins,
+    _check_probs,
+    _check_probs_exact,
+    _confidences_and_hits,
+    _fast_bound,
+    _fast_checks_pass,
+    _probs_array,
+    _to_numpy,
+    _top1_scan,
+    _validate,
+    _validate_probs,
+    _validate_top1,
+    softmax,
+)
+from raysearch.metrics.binless import (  # noqa: F401
+    _brier,
+    _debiased_ce,
+    _ks,
+    _marginal_ece,
+    _nll,
+    _sweep_n_bins,
+    accuracy,
+    average_confidence,
+    brier,
+    debiased_ece,
+    ks_error,
+    marginal_ece,
+    nll,
+    sweep_ece,
+)
+from raysearch.metrics.binned import (  # noqa: F401
+    CONFIDENCE_DEFINITIONS,
+    ReliabilityBins,
+    _conditional_confidence,
+    _confidence_error,
+    adaptive_ece,
+    ece,
+    mce,
+    overconfidence,
+    reliability_bins,
+    underconfidence,
+)
+from raysearch.metrics.binning import (  # noqa: F401
+    _COMPARE_MAX_CUTS,
+    BINNINGS,
+    NORMS,
+    _assign_bins,
+    _bin_means,
+    _bin_sums,
+    _ece,
+    _equal_mass_bins,
+    _equal_mass_positions,
+    _equal_width_edges,
+    _equal_width_index,
+    _reduce_gaps,
+)
+from raysearch.metrics.bootstrap import (  # noqa: F401
+    _ece_replicates,
+    ece_ci,
+)
+from raysearch.metrics.classwise import (  # noqa: F401
+    _CHUNK_ENTRIES,
+    _classwise_block,
+    _classwise_ece,
+    classwise_ece,
+)
+from raysearch.metrics.meter import (  # noqa: F401
+    _METER_BLOCK_ENTRIES,
+    _METER_NLL_EPS,
+    _METER_WORK_DTYPES,
+    CalibrationMeter,
+    _check_meter_int,
+    _index_add_ones,
+    _meter_tensor,
+    _torch_equal_width_bins,
+    _UpdateSums,
+)
+from raysearch.metrics.table import (  # noqa: F401
+    _ECE_100_BINS,
+    CALIBRATED_KEYS,
+    DENSE_KEYS,
+    ESTIMATOR_KEYS,
+    SUMMARY_KEYS,
+    TABLE_KEYS,
+    calibration_report,
+    calibration_summary,
+    estimator_summary,
+    table_summary,
+)
+
+__all__ = [
+    "BINNINGS",
+    "CALIBRATED_KEYS",
+    "DENSE_KEYS",
+    "CONFIDENCE_DEFINITIONS",
+    "CalibrationMeter",
+    "ESTIMATOR_KEYS",
+    "NORMS",
+    "ReliabilityBins",
+    "SUMMARY_KEYS",
+    "TABLE_KEYS",
+    "accuracy",
+    "adaptive_ece",
+    "average_confidence",
+    "brier",
+    "calibration_report",
+    "calibration_summary",
+    "classwise_ece",
+    "debiased_ece",
+    "ece",
+    "ece_ci",
+    "estimator_summary",
+    "ks_error",
+    "marginal_ece",
+    "mce",
+    "nll",
+    "overconfidence",
+    "reliability_bins",
+    "softmax",
+    "sweep_ece",
+    "table_summary",
+    "underconfidence",
+]
