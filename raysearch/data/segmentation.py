@@ -68,6 +68,12 @@ per 1,000 masks (decoding is most of it), 0.6 to 1.0 s of wall time on a busy 2-
 of VOC with the SBD list. One thread: PNG decoding holds the GIL, threads did not help. The
 sweep's driver does it once, before Ray starts; trials load without it.
 
+Modules. This module holds the PASCAL VOC 2012 loader (:func:`load_voc`, :func:`voc_palette`,
+the ``VOC_*`` constants) and re-exports every name of the other two, so that each is importable
+from here as before: :mod:`raysearch.data.segmentation_common` (the transforms, mask reading,
+:class:`SegmentationDataset`, :func:`verify_segmentation` and the helpers the loaders share)
+and :mod:`raysearch.data.segfolder` (:func:`load_segfolder`). Neither imports this module.
+
 References:
     Everingham et al., "The PASCAL Visual Object Classes (VOC) Challenge", IJCV 2010.
     Hariharan et al., "Semantic Contours from Inverse Detectors", ICCV 2011 (SBD).
@@ -80,32 +86,43 @@ References:
 
 from __future__ import annotations
 
-import logging
 import os
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import torch
-from PIL import Image
-from sklearn.model_selection import train_test_split
-from torch import Tensor
-from torch.utils.data import Dataset
-from torchvision import tv_tensors
 from torchvision.datasets import VisionDataset, VOCSegmentation
-from torchvision.transforms import v2
+from torchvision.transforms import v2 as v2  # re-exported: reached as ``segmentation.v2``
 
-from raysearch.data.images import IMAGENET_MEAN, IMAGENET_STD, read_rgb
 from raysearch.data.objectness import VOC_CLASSES as _VOC_OBJECTS
-from raysearch.data.splits import (
-    IMAGEFOLDER_TEST_FRACTION,
-    IMAGEFOLDER_VAL_FRACTION,
-    OFFICIAL_VAL_FRACTION,
-    DatasetError,
-    DatasetSplits,
-    check_fraction_sum,
-)
+from raysearch.data.segfolder import _IMAGE_EXTENSIONS as _IMAGE_EXTENSIONS
+from raysearch.data.segfolder import SEGFOLDER_LAYOUT as SEGFOLDER_LAYOUT
+from raysearch.data.segfolder import _pair as _pair
+from raysearch.data.segfolder import _read_classes as _read_classes
+from raysearch.data.segfolder import _scan_files as _scan_files
+from raysearch.data.segfolder import load_segfolder as load_segfolder
+from raysearch.data.segmentation_common import _MASK_MODES as _MASK_MODES
+from raysearch.data.segmentation_common import COLOR_JITTER as COLOR_JITTER
+from raysearch.data.segmentation_common import DEFAULT_CROP_SIZE as DEFAULT_CROP_SIZE
+from raysearch.data.segmentation_common import IGNORE_INDEX as IGNORE_INDEX
+from raysearch.data.segmentation_common import SCALE_RANGE as SCALE_RANGE
+from raysearch.data.segmentation_common import PadToSize as PadToSize
+from raysearch.data.segmentation_common import SegmentationDataset as SegmentationDataset
+from raysearch.data.segmentation_common import _bad_values as _bad_values
+from raysearch.data.segmentation_common import _check_crop_size as _check_crop_size
+from raysearch.data.segmentation_common import _listing as _listing
+from raysearch.data.segmentation_common import _pct as _pct
+from raysearch.data.segmentation_common import _random_carve as _random_carve
+from raysearch.data.segmentation_common import _read_stems as _read_stems
+from raysearch.data.segmentation_common import _reject_unsupported as _reject_unsupported
+from raysearch.data.segmentation_common import _require_dir as _require_dir
+from raysearch.data.segmentation_common import _resolve_crop_size as _resolve_crop_size
+from raysearch.data.segmentation_common import _splits as _splits
+from raysearch.data.segmentation_common import _verify_one as _verify_one
+from raysearch.data.segmentation_common import logger as logger
+from raysearch.data.segmentation_common import read_mask as read_mask
+from raysearch.data.segmentation_common import segmentation_transforms as segmentation_transforms
+from raysearch.data.segmentation_common import verify_segmentation as verify_segmentation
+from raysearch.data.splits import OFFICIAL_VAL_FRACTION, DatasetError, DatasetSplits
 
 __all__ = [
     "COLOR_JITTER",
@@ -124,16 +141,6 @@ __all__ = [
     "verify_segmentation",
 ]
 
-logger = logging.getLogger(__name__)
-
-#: Target value of pixels left out of the loss and the metrics (VOC boundaries/void, padding).
-IGNORE_INDEX = 255
-#: Side S of the square training crops and evaluation canvases when `crop_size` is ``None``.
-DEFAULT_CROP_SIZE = 512
-#: Range of the scale factor s of the training resize (longest side = S * s).
-SCALE_RANGE = (0.5, 2.0)
-#: Brightness, contrast and saturation jitter of the training images.
-COLOR_JITTER = 0.2
 
 def voc_palette() -> np.ndarray:
     """The PASCAL VOC colour map of the devkit's ``labelcolormap``: (256, 3) uint8 RGB.
@@ -162,402 +169,6 @@ VOC_LAYOUT = (
     "VOCdevkit/VOC2012/{JPEGImages/<id>.jpg, SegmentationClass/<id>.png, "
     "ImageSets/Segmentation/{train,val}.txt}"
 )
-SEGFOLDER_LAYOUT = (
-    "images/<stem>.{jpg,jpeg,png}, masks/<stem>.png (class ids, 255 = ignore), classes.txt "
-    "(one class name per line), optional splits/{train,val,test}.txt (stems)"
-)
-
-_IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
-#: PIL modes of single-channel masks (palette masks: the values are the palette indices).
-_MASK_MODES = ("1", "L", "P", "I", "I;16")
-
-
-# --------------------------------------------------------------------------------------------
-# transforms
-
-
-class PadToSize(v2.Transform):
-    """Pad the bottom and right of images and masks to at least ``size x size``.
-
-    Images (and plain tensors) are padded with `fill`, ``tv_tensors.Mask`` with `mask_fill`;
-    inputs already that large are returned unchanged.
-
-    Args:
-        size (int): minimum height and width in pixels, >= 1.
-        fill (float, optional): image padding value. Defaults to ``0``.
-        mask_fill (int, optional): mask padding value. Defaults to :data:`IGNORE_INDEX` (255).
-
-    Raises:
-        ValueError: if `size` < 1.
-    """
-
-    def __init__(self, size: int, *, fill: float = 0, mask_fill: int = IGNORE_INDEX) -> None:
-        super().__init__()
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"`size` must be an int >= 1, got {size!r}")
-        self.size = size
-        self.fill = fill
-        self.mask_fill = mask_fill
-
-    def transform(self, inpt: Any, params: dict[str, Any]) -> Any:
-        """Pad one input (called by ``v2.Transform.forward`` for each image and mask)."""
-        height, width = v2.functional.get_size(inpt)
-        pad_h, pad_w = max(0, self.size - height), max(0, self.size - width)
-        if pad_h == 0 and pad_w == 0:
-            return inpt
-        fill = self.mask_fill if isinstance(inpt, tv_tensors.Mask) else self.fill
-        return v2.functional.pad(inpt, [0, 0, pad_w, pad_h], fill=fill)
-
-
-def segmentation_transforms(crop_size: int, *, train: bool) -> v2.Compose:
-    """The joint image/mask pipeline (see the module docstring), ending in normalised tensors.
-
-    Called as ``transform(image, mask)`` with a ``tv_tensors.Image`` uint8 (3, H, W) and a
-    ``tv_tensors.Mask`` uint8 (H, W); returns float32 (3, S, S) and int64 (S, S).
-
-    Args:
-        crop_size (int): output side S in pixels, >= 1.
-        train (bool): the training pipeline (scale jitter, crop, flip, colour jitter; global
-            torch RNG) or the evaluation pipeline (resize the longest side to S and pad).
-
-    Returns:
-        v2.Compose: the pipeline.
-
-    Raises:
-        ValueError: if `crop_size` < 1.
-    """
-    crop_size = _check_crop_size(crop_size)
-    if train:
-        geometry = [
-            v2.ScaleJitter((crop_size, crop_size), scale_range=SCALE_RANGE, antialias=True),
-            PadToSize(crop_size),
-            v2.RandomCrop(crop_size),
-            v2.RandomHorizontalFlip(),
-            v2.ColorJitter(brightness=COLOR_JITTER, contrast=COLOR_JITTER, saturation=COLOR_JITTER),
-        ]
-    else:
-        geometry = [v2.Resize(size=None, max_size=crop_size, antialias=True), PadToSize(crop_size)]
-    return v2.Compose(
-        [
-            *geometry,
-            v2.ToDtype({tv_tensors.Image: torch.float32, tv_tensors.Mask: torch.int64}, scale=True),
-            v2.Normalize(mean=list(IMAGENET_MEAN), std=list(IMAGENET_STD)),
-        ]
-    )
-
-
-def _check_crop_size(crop_size: int) -> int:
-    if isinstance(crop_size, bool) or not isinstance(crop_size, int) or crop_size < 1:
-        raise ValueError(f"`crop_size` must be an int >= 1, got {crop_size!r}")
-    return crop_size
-
-
-# --------------------------------------------------------------------------------------------
-# reading
-
-
-def _bad_values(mask: np.ndarray, num_classes: int, ignore_index: int) -> list[int]:
-    """Sorted values of `mask` outside {0..num_classes-1, ignore_index}."""
-    # two comparisons (about 0.05 ms for 500x375) instead of a histogram (0.5 ms)
-    bad = (mask >= num_classes) & (mask != ignore_index)
-    if mask.dtype.kind == "i":
-        bad |= mask < 0
-    if not bad.any():
-        return []
-    return [int(v) for v in np.unique(mask[bad])]
-
-
-def read_mask(path: str, *, num_classes: int, ignore_index: int = IGNORE_INDEX) -> np.ndarray:
-    """A mask PNG as uint8 (H, W) class ids, checked against {0..K-1, `ignore_index`}.
-
-    Palette (``P``) masks give their palette indices (VOC's ``SegmentationClass``), single-channel
-    masks (``L``, ``1``, ``I``, ``I;16``) their values.
-
-    Args:
-        path (str): the mask file.
-        num_classes (int): K.
-        ignore_index (int, optional): the ignore value. Defaults to ``255``.
-
-    Returns:
-        np.ndarray: uint8 (H, W).
-
-    Raises:
-        DatasetError: naming `path` if it cannot be read, is not single-channel, or holds a value
-            outside {0..K-1, `ignore_index`}.
-    """
-    try:
-        with Image.open(path) as image:
-            mode = image.mode
-            if mode not in _MASK_MODES:
-                raise DatasetError(
-                    f"mask {path} is a {mode} image; masks must be single-channel (L) or palette "
-                    "(P) PNGs whose values are class ids (255 = ignore)"
-                )
-            mask = np.array(image)  # a writable copy (torch.from_numpy needs one)
-    except DatasetError:
-        raise
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
-        raise DatasetError(
-            f"cannot read mask {path}: {type(err).__name__}: {err}; the file is corrupt or not "
-            "an image"
-        ) from err
-    bad = _bad_values(mask, num_classes, ignore_index)
-    if bad:
-        shown = ", ".join(map(str, bad[:8])) + (", ..." if len(bad) > 8 else "")
-        raise DatasetError(
-            f"mask {path} holds values {shown} outside the class ids 0..{num_classes - 1} "
-            f"({num_classes} classes) and the ignore value {ignore_index}"
-        )
-    return mask.astype(np.uint8, copy=False)
-
-
-class SegmentationDataset(Dataset):
-    """Image/mask file pairs, transformed together by a ``torchvision.transforms.v2`` pipeline.
-
-    Each access opens the image as RGB and the mask as class ids (:func:`read_mask`: a value
-    outside {0..K-1, `ignore_index`} raises), checks that their sizes agree, and applies
-    `transform` to a ``tv_tensors.Image`` uint8 (3, H, W) and a ``tv_tensors.Mask`` uint8 (H, W)
-    (see :func:`segmentation_transforms`).
-
-    Args:
-        samples (Sequence[tuple[str, str]]): ``(image path, mask path)`` pairs.
-        transform (Callable): ``(image, mask) -> (float32 (3, S, S), int64 (S, S))``.
-        num_classes (int): K, >= 1.
-        ignore_index (int, optional): the ignore value of the masks. Defaults to ``255``.
-
-    Attributes:
-        samples (list[tuple[str, str]]): the pairs.
-        transform (Callable): the transform.
-        num_classes (int): K.
-        ignore_index (int): the ignore value.
-
-    Raises:
-        TypeError: if `transform` is not callable.
-        ValueError: if `num_classes` < 1.
-    """
-
-    def __init__(
-        self,
-        samples: Sequence[tuple[str, str]],
-        transform: Callable,
-        *,
-        num_classes: int,
-        ignore_index: int = IGNORE_INDEX,
-    ) -> None:
-        if not callable(transform):
-            raise TypeError(f"`transform` must be callable, got {type(transform).__name__}")
-        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-            raise ValueError(f"`num_classes` must be an int >= 1, got {num_classes!r}")
-        self.samples = [(str(image), str(mask)) for image, mask in samples]
-        self.transform = transform
-        self.num_classes = num_classes
-        self.ignore_index = int(ignore_index)
-
-    def __len__(self) -> int:
-        """Number of samples N."""
-        return len(self.samples)
-
-    def read(self, i: int) -> tuple[Tensor, Tensor]:
-        """Sample `i` untransformed: uint8 (3, H, W) image and uint8 (H, W) mask (tv_tensors).
-
-        Raises:
-            DatasetError: naming the file if the image or mask cannot be read, the mask holds a
-                value outside {0..K-1, `ignore_index`}, or their sizes differ.
-        """
-        image_path, mask_path = self.samples[i]
-        image = read_rgb(image_path)
-        mask = read_mask(mask_path, num_classes=self.num_classes, ignore_index=self.ignore_index)
-        if mask.shape != (image.height, image.width):
-            raise DatasetError(
-                f"mask {mask_path} is {mask.shape[1]}x{mask.shape[0]} but its image "
-                f"{image_path} is {image.width}x{image.height} (width x height); they must match"
-            )
-        return (
-            tv_tensors.Image(v2.functional.pil_to_tensor(image)),
-            tv_tensors.Mask(torch.from_numpy(mask)),
-        )
-
-    def __getitem__(self, i: int) -> tuple[Tensor, Tensor]:
-        """Sample `i`: image float32 (3, S, S) and mask int64 (S, S), as plain tensors.
-
-        Raises:
-            DatasetError: see :meth:`read`.
-        """
-        image, mask = self.transform(*self.read(i))
-        return image.as_subclass(Tensor), mask.as_subclass(Tensor)
-
-    def subset(self, index: Sequence[int] | np.ndarray) -> SegmentationDataset:
-        """The samples at `index`, with the same transform, K and ignore value."""
-        return SegmentationDataset(
-            [self.samples[int(i)] for i in np.asarray(index, dtype=np.int64).reshape(-1)],
-            self.transform,
-            num_classes=self.num_classes,
-            ignore_index=self.ignore_index,
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"SegmentationDataset(n={len(self)}, num_classes={self.num_classes}, "
-            f"ignore_index={self.ignore_index}, transform={self.transform})"
-        )
-
-
-def _verify_one(sample: tuple[str, str], num_classes: int, ignore_index: int) -> None:
-    image_path, mask_path = sample
-    mask = read_mask(mask_path, num_classes=num_classes, ignore_index=ignore_index)
-    try:
-        with Image.open(image_path) as image:  # the header only: no decoding
-            width, height = image.size
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
-        raise DatasetError(
-            f"cannot read image {image_path}: {type(err).__name__}: {err}; the file is corrupt "
-            "or not an image"
-        ) from err
-    if mask.shape != (height, width):
-        raise DatasetError(
-            f"mask {mask_path} is {mask.shape[1]}x{mask.shape[0]} but its image {image_path} is "
-            f"{width}x{height} (width x height); they must match"
-        )
-
-
-def verify_segmentation(splits: DatasetSplits) -> int:
-    """Decode every mask of `splits` and check it against its classes and its image.
-
-    Each distinct ``(image, mask)`` pair of train, val and test is checked as
-    :meth:`SegmentationDataset.read` would (mask mode and values in {0..K-1, 255}, mask size =
-    image size; images are not decoded, only their headers read), one after the other (PNG
-    decoding holds the GIL: threads did not help). About 0.45 s of CPU (0.6 to 1.0 s wall) per
-    1,000 500x375 palette PNGs (see the module docstring).
-
-    Args:
-        splits (DatasetSplits): segmentation splits (:class:`SegmentationDataset` each).
-
-    Returns:
-        int: the number of pairs checked.
-
-    Raises:
-        DatasetError: the first bad file, in split order (train, val, test).
-        TypeError: if a split is not a :class:`SegmentationDataset`.
-    """
-    samples: dict[tuple[str, str], None] = {}
-    for split in (splits.train, splits.val, splits.test):
-        if not isinstance(split, SegmentationDataset):
-            raise TypeError(f"expected SegmentationDataset splits, got {type(split).__name__}")
-        samples.update(dict.fromkeys(split.samples))
-    ignore = IGNORE_INDEX if splits.ignore_index is None else splits.ignore_index
-    for sample in samples:
-        _verify_one(sample, splits.num_classes, ignore)
-    return len(samples)
-
-
-# --------------------------------------------------------------------------------------------
-# shared loader helpers
-
-
-def _resolve_crop_size(crop_size: int | None) -> int:
-    return DEFAULT_CROP_SIZE if crop_size is None else _check_crop_size(crop_size)
-
-
-def _reject_unsupported(name: str, imbalance_ratio: float | None, verify: bool) -> None:
-    if imbalance_ratio is not None:
-        raise DatasetError(
-            f"{name} is a segmentation dataset: `imbalance_ratio` (a long-tailed subset by image "
-            f"label) does not apply to per-pixel labels (got imbalance_ratio={imbalance_ratio})"
-        )
-    if not isinstance(verify, bool):
-        raise TypeError(f"`verify` must be a bool, got {type(verify).__name__}")
-
-
-def _require_dir(name: str, data_dir: str | os.PathLike | None, layout: str) -> Path:
-    if data_dir is None:
-        raise DatasetError(f"{name}: `--data-dir` is required (expected {layout})")
-    root = Path(data_dir).expanduser().absolute()
-    if not root.is_dir():
-        raise DatasetError(f"{name}: {root}/ is not a folder; expected {layout}")
-    return root
-
-
-def _listing(folder: Path) -> set[str]:
-    """File names in `folder` (one directory listing: cheap for 17k files)."""
-    with os.scandir(folder) as entries:
-        return {entry.name for entry in entries}
-
-
-def _read_stems(name: str, path: Path, layout: str) -> list[str]:
-    """Ids of a split file: the first token of each non-empty line, as a stem.
-
-    A line ``/JPEGImages/<id>.jpg /SegmentationClassAug/<id>.png`` (DeepLab's list format) gives
-    ``<id>``; so does ``<id>``.
-    """
-    if not path.is_file():
-        raise DatasetError(f"{name}: the split file {path} does not exist; expected {layout}")
-    try:
-        lines = path.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise DatasetError(f"{name}: cannot read the split file {path}: {err}") from err
-    stems = [Path(line.split()[0]).stem for line in lines if line.strip()]
-    if not stems:
-        raise DatasetError(f"{name}: the split file {path} lists no image; expected {layout}")
-    return stems
-
-
-def _random_carve(
-    name: str, count: int, fraction: float, seed: int, what: str, source: str
-) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted (kept, held) int64 indices of range(count): `fraction` held at random by seed."""
-    try:
-        kept, held = train_test_split(
-            np.arange(count, dtype=np.int64), test_size=fraction, random_state=seed
-        )
-    except ValueError as err:
-        raise DatasetError(
-            f"{name}: cannot carve a {what} split of {fraction:g} from the {count} images of "
-            f"{source}: {err}"
-        ) from err
-    return np.sort(kept), np.sort(held)
-
-
-def _pct(fraction: float) -> str:
-    return f"{100 * fraction:g}%"
-
-
-def _splits(
-    name: str,
-    parts: dict[str, list[tuple[str, str]]],
-    *,
-    classes: Sequence[str],
-    crop_size: int,
-    info: dict[str, Any],
-    verify: bool,
-) -> DatasetSplits:
-    k = len(classes)
-    transforms = {train: segmentation_transforms(crop_size, train=train) for train in (True, False)}
-
-    def dataset(part: str) -> SegmentationDataset:
-        return SegmentationDataset(parts[part], transforms[part == "train"], num_classes=k)
-
-    splits = DatasetSplits(
-        train=dataset("train"),
-        val=dataset("val"),
-        test=dataset("test"),
-        num_classes=k,
-        input_shape=(3, crop_size, crop_size),
-        name=name,
-        class_names=list(classes),
-        task="segmentation",
-        ignore_index=IGNORE_INDEX,
-    )
-    splits.info = {
-        "train_size": len(splits.train),
-        "val_size": len(splits.val),
-        "test_size": len(splits.test),
-        **info,
-        "crop_size": crop_size,
-    }
-    if verify:
-        checked = verify_segmentation(splits)
-        logger.info("%s: verified %d masks", name, checked)
-    return splits
 
 
 # --------------------------------------------------------------------------------------------
@@ -753,206 +364,3 @@ def load_voc(
         info=info,
         verify=verify,
     )
-
-
-# --------------------------------------------------------------------------------------------
-# a user's own folder
-
-
-def _read_classes(path: Path) -> list[str]:
-    layout = SEGFOLDER_LAYOUT
-    if not path.is_file():
-        raise DatasetError(f"segfolder: {path} does not exist; expected {layout}")
-    try:
-        lines = [line.strip() for line in path.read_text().splitlines()]
-    except (OSError, UnicodeDecodeError) as err:
-        raise DatasetError(f"segfolder: cannot read {path}: {err}") from err
-    while lines and not lines[-1]:
-        lines.pop()
-    if not lines:
-        raise DatasetError(f"segfolder: {path} lists no class; expected one class name per line")
-    if "" in lines:
-        raise DatasetError(
-            f"segfolder: {path} has an empty line {lines.index('') + 1}; line i + 1 names class "
-            "id i, so every line needs a name"
-        )
-    if len(lines) > IGNORE_INDEX:
-        raise DatasetError(
-            f"segfolder: {path} lists {len(lines)} classes; at most {IGNORE_INDEX} fit in "
-            f"8-bit masks with {IGNORE_INDEX} as the ignore value"
-        )
-    return lines
-
-
-def _scan_files(folder: Path, extensions: tuple[str, ...]) -> dict[str, Path]:
-    """Map stem -> file of the files of `folder` with one of `extensions` (case-insensitive)."""
-    if not folder.is_dir():
-        raise DatasetError(
-            f"segfolder: the folder {folder}/ is missing; expected {SEGFOLDER_LAYOUT}"
-        )
-    found: dict[str, Path] = {}
-    for entry in sorted(_listing(folder)):
-        path = folder / entry
-        if path.suffix.lower() not in extensions:
-            continue
-        if path.stem in found:
-            raise DatasetError(
-                f"segfolder: {found[path.stem]} and {path} share the stem {path.stem!r}; "
-                "keep one file per stem"
-            )
-        found[path.stem] = path
-    return found
-
-
-def _pair(
-    stem: str, images: dict[str, Path], masks: dict[str, Path], root: Path, source: str
-) -> tuple[str, str]:
-    if stem not in images:
-        raise DatasetError(
-            f"segfolder: {root / 'images' / stem}.{{jpg,jpeg,png}} ({source}) is missing; "
-            f"expected {SEGFOLDER_LAYOUT}"
-        )
-    if stem not in masks:
-        raise DatasetError(
-            f"segfolder: {root / 'masks' / stem}.png (the mask of {images[stem]}) is missing; "
-            f"expected {SEGFOLDER_LAYOUT}"
-        )
-    return str(images[stem]), str(masks[stem])
-
-
-def load_segfolder(
-    *,
-    seed: int,
-    val_fraction: float | None = None,
-    test_fraction: float | None = None,
-    data_dir: str | os.PathLike | None = None,
-    download: bool = False,
-    imbalance_ratio: float | None = None,
-    crop_size: int | None = None,
-    verify: bool = False,
-) -> DatasetSplits:
-    """A user's own segmentation folder: ``images/``, ``masks/``, ``classes.txt``, ``splits/``.
-
-    See the module docstring for the layout, the splits and the transforms.
-
-    Args:
-        seed (int): seed of the random splits.
-        val_fraction (float, optional): validation share in (0, 1): of all images without
-            ``splits/``, of ``splits/train.txt`` when ``splits/val.txt`` is absent; must be
-            ``None`` with ``splits/val.txt``. Defaults to ``None`` (0.1).
-        test_fraction (float, optional): test share of all images in (0, 1), without ``splits/``
-            only. Defaults to ``None`` (0.2).
-        data_dir (str | os.PathLike, optional): the folder; required.
-        download (bool, optional): must be ``False`` (nothing to download).
-        imbalance_ratio (float, optional): must be ``None``.
-        crop_size (int, optional): side S of the crops and evaluation canvases, >= 1. Defaults
-            to ``None`` (:data:`DEFAULT_CROP_SIZE`, 512).
-        verify (bool, optional): decode and check every mask now (:func:`verify_segmentation`).
-            Defaults to ``False`` (masks are checked when read).
-
-    Returns:
-        DatasetSplits: :class:`SegmentationDataset` splits, ``task="segmentation"``,
-        ``ignore_index=255``, K = the lines of ``classes.txt``.
-
-    Raises:
-        DatasetError: if `data_dir` is None or not a folder, ``images/``, ``masks/`` or
-            ``classes.txt`` is missing, ``classes.txt`` has no or an empty line or more than 255
-            classes, ``splits/`` lacks ``train.txt`` or ``test.txt``, a listed or found image
-            has no mask, two files share a stem, the split files share a stem, a fraction is
-            given where it does not apply, a split would be empty, `download` or
-            `imbalance_ratio` is given, or (with `verify`, or when a sample is read) a mask is
-            unreadable, has a value outside {0..K-1, 255} or another size than its image.
-        ValueError: if `val_fraction` + `test_fraction` >= 1 or `crop_size` < 1.
-    """
-    name = "segfolder"
-    if download:
-        raise DatasetError(
-            f"segfolder: there is nothing to download for a folder of your own"
-            f"{'' if data_dir is None else f' ({data_dir})'}; drop --download"
-        )
-    _reject_unsupported(name, imbalance_ratio, verify)
-    crop_size = _resolve_crop_size(crop_size)
-    root = _require_dir(name, data_dir, SEGFOLDER_LAYOUT)
-    classes = _read_classes(root / "classes.txt")
-    images = _scan_files(root / "images", _IMAGE_EXTENSIONS)
-    masks = _scan_files(root / "masks", (".png",))
-    info: dict[str, Any] = {"data_dir": str(root)}
-    splits_dir = root / "splits"
-    if splits_dir.is_dir():
-        layout = f"{splits_dir}/train.txt and test.txt (stems; val.txt optional)"
-        if test_fraction is not None:
-            raise DatasetError(
-                f"segfolder: {splits_dir}/ gives the test split; `test_fraction` applies to "
-                f"folders without splits/ (got test_fraction={test_fraction})"
-            )
-        stems = {
-            part: _read_stems(name, splits_dir / f"{part}.txt", layout)
-            for part in ("train", "test")
-        }
-        has_val = (splits_dir / "val.txt").is_file()
-        if has_val:
-            if val_fraction is not None:
-                raise DatasetError(
-                    f"segfolder: {splits_dir / 'val.txt'} gives the validation split; "
-                    f"`val_fraction` applies without it (got val_fraction={val_fraction})"
-                )
-            stems["val"] = _read_stems(name, splits_dir / "val.txt", layout)
-        for a, b in (("train", "val"), ("train", "test"), ("val", "test")):
-            shared = sorted(set(stems.get(a, ())) & set(stems.get(b, ())))
-            if shared:
-                raise DatasetError(
-                    f"segfolder: {splits_dir}/{a}.txt and {b}.txt share {len(shared)} stems "
-                    f"({', '.join(shared[:3])}); the splits must be disjoint"
-                )
-        pairs = {
-            part: [_pair(s, images, masks, root, f"listed in {part}.txt") for s in listed]
-            for part, listed in stems.items()
-        }
-        if has_val:
-            info["val_split"] = str(splits_dir / "val.txt")
-        else:
-            fraction = OFFICIAL_VAL_FRACTION if val_fraction is None else float(val_fraction)
-            train, val = _random_carve(
-                name, len(pairs["train"]), fraction, seed, "validation", "splits/train.txt"
-            )
-            pairs["train"], pairs["val"] = (
-                [pairs["train"][i] for i in train],
-                [pairs["train"][i] for i in val],
-            )
-            info.update(
-                val_split=(
-                    f"random {_pct(fraction)} of splits/train.txt ({len(train) + len(val)} "
-                    f"images), seed {seed}; not stratified"
-                ),
-                val_fraction=fraction,
-            )
-        info["test_split"] = str(splits_dir / "test.txt")
-    else:
-        val_fraction = IMAGEFOLDER_VAL_FRACTION if val_fraction is None else float(val_fraction)
-        test_fraction = IMAGEFOLDER_TEST_FRACTION if test_fraction is None else float(test_fraction)
-        check_fraction_sum(val_fraction, test_fraction)
-        if not images:
-            raise DatasetError(
-                f"segfolder: {root / 'images'}/ holds no .jpg/.jpeg/.png image; expected "
-                f"{SEGFOLDER_LAYOUT}"
-            )
-        everything = [_pair(s, images, masks, root, "found in images/") for s in sorted(images)]
-        rest, test = _random_carve(name, len(everything), test_fraction, seed, "test", "images/")
-        kept, val = _random_carve(
-            name, len(rest), val_fraction / (1.0 - test_fraction), seed, "validation", "images/"
-        )
-        pairs = {
-            "train": [everything[i] for i in rest[kept]],
-            "val": [everything[i] for i in rest[val]],
-            "test": [everything[i] for i in test],
-        }
-        info.update(
-            val_split=(
-                f"random {_pct(val_fraction)} val / {_pct(test_fraction)} test of all "
-                f"{len(everything)} images, seed {seed}; not stratified"
-            ),
-            val_fraction=val_fraction,
-            test_fraction=test_fraction,
-            test_split=f"random {_pct(test_fraction)} of all images, seed {seed}",
-        )
-    return _splits(name, pairs, classes=classes, crop_size=crop_size, info=info, verify=verify)
