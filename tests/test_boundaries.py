@@ -37,7 +37,9 @@ def test_nothing_imports_the_cli():
     assert out == "False"
 
 
-ENGINE = ["training.py", "trainable.py", "sweep_engine.py", "loop.py"]
+ENGINE = ["training/__init__.py", "training/run_parts.py", "training/run_weights.py",
+          "training/divergence.py", "training/mixing.py", "training/interleaving.py",
+          "trainable.py", "sweep_engine.py", "loop.py"]
 
 
 @pytest.mark.parametrize("module", ENGINE)

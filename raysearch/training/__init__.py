@@ -97,17 +97,22 @@ runs the same training on every rank (``distributed=None``, the default, detects
   rank 0's running statistics are used for evaluation, so BN models match one worker only
   approximately. Random layers (dropout) and MixUp/CutMix (each rank mixes its own share)
   draw per rank and match one worker only in distribution.
+
+**Layout** (the package ``raysearch.training``): here the loop (:func:`fit`, its steps, the
+training passes); :mod:`~raysearch.training.run_parts` the data/model/loss builders,
+:mod:`~raysearch.training.run_weights` the pretrained/resumed weights, head lr, frozen backbone
+and schedule, :mod:`~raysearch.training.divergence` the divergence guard,
+:mod:`~raysearch.training.mixing` MixUp/CutMix/RICAP and :mod:`~raysearch.training.interleaving`
+the interleaved-training checks; all re-exported here.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-import math
 import random
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -128,6 +133,23 @@ from raysearch.loop import (
     train_feed,
 )
 from raysearch.models import output_logits
+from raysearch.training.divergence import _CHECK_EVERY as _CHECK_EVERY
+from raysearch.training.divergence import _Guard as _Guard
+from raysearch.training.interleaving import _NOT_INTERLEAVABLE as _NOT_INTERLEAVABLE
+from raysearch.training.interleaving import _check_interleavable as _check_interleavable
+from raysearch.training.interleaving import _interleave_fraction as _interleave_fraction
+from raysearch.training.interleaving import _interleave_split as _interleave_split
+from raysearch.training.interleaving import _term as _term
+from raysearch.training.mixing import _make_mixer as _make_mixer
+from raysearch.training.run_parts import _component as _component
+from raysearch.training.run_parts import build_run_loss, build_run_model, load_run_data
+from raysearch.training.run_parts import check_run_model as check_run_model
+from raysearch.training.run_weights import _freeze_backbone as _freeze_backbone
+from raysearch.training.run_weights import _head_names as _head_names
+from raysearch.training.run_weights import _load_pretrained as _load_pretrained
+from raysearch.training.run_weights import _param_groups as _param_groups
+from raysearch.training.run_weights import _restore as _restore
+from raysearch.training.run_weights import lr_factor as lr_factor
 
 if TYPE_CHECKING:
     from raysearch.config import RunConfig
@@ -143,9 +165,6 @@ _Amp, _Source, _Dist, _predict_source, _numpy_logits = (Amp, Source, Dist, predi
                                                         numpy_logits)
 
 logger = logging.getLogger(__name__)
-
-#: On CUDA, the device-side divergence flag is read every this many batches.
-_CHECK_EVERY = 50
 
 OnEpoch = Callable[[int, dict[str, float], dict[str, Any]], None]
 
@@ -408,39 +427,6 @@ def _check_training(
     return fraction, mixer
 
 
-def _load_pretrained(net: nn.Module, source: str) -> None:
-    """Load pretrained weights into `net` (:func:`raysearch.models.pretrained.load_pretrained`)."""
-    from raysearch.models.pretrained import load_pretrained
-
-    info = load_pretrained(net, source)
-    logger.info("loaded %d tensors of %s (sha256 %s)%s", info.loaded, info.source,
-                info.sha256[:12], "; head replaced" if info.replaced_head else "")
-
-
-def _restore(
-    cfg: RunConfig,
-    resume: dict[str, Any] | None,
-    net: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-) -> tuple[int, dict[str, float]]:
-    """Load a `resume` state; returns the first epoch to train and the state's metrics.
-
-    Without `resume`: ``(1, {})``.
-
-    Raises:
-        ValueError: if `resume` has no ``epoch``.
-    """
-    if resume is None:
-        return 1, {}
-    if "epoch" not in resume:
-        raise ValueError(f"`resume` must be a state from on_epoch, got keys {sorted(resume)}")
-    net.load_state_dict(resume["model"])
-    optimizer.load_state_dict(resume["optimizer"])
-    scheduler.load_state_dict(resume["scheduler"])
-    start_epoch = int(resume["epoch"]) + 1
-    logger.info("resuming %s/%s at epoch %d", cfg.loss.name, cfg.model.name, start_epoch)
-    return start_epoch, dict(resume.get("metrics") or {})
 
 
 def _train_epoch(run: _Run, epoch: int) -> dict[str, float]:
@@ -515,257 +501,11 @@ def _finish(run: _Run, val_state: Any) -> TrainResult:
                            epochs_completed, run.start_epoch)
 
 
-def load_run_data(cfg: RunConfig, *, components: Mapping[str, Mapping[str, Any]] | None = None,
-                  **extra: Any) -> DatasetSplits:
-    """The splits of `cfg`'s data section.
-
-    ``load_dataset(data.name, data_dir=data.dir, seed=cfg.split_seed,
-    val_fraction=data.val_fraction, **data.params)``.
-
-    Args:
-        cfg: the run config.
-        components: objects given through the Python API (see :func:`fit`).
-        **extra: more keyword arguments of the factory (``download=True``, ``verify=True``).
-
-    Raises:
-        ValueError: as :func:`raysearch.data.load_dataset` (unknown name, a keyword the
-            factory does not take, a contract violation).
-    """
-    from raysearch.data import load_dataset
-
-    name = _component(cfg.data.name, "datasets", components)
-    return load_dataset(name, seed=cfg.split_seed, val_fraction=cfg.data.val_fraction,
-                        data_dir=cfg.data.dir, **{**cfg.data.params, **extra})
-
-
-def build_run_model(cfg: RunConfig, data: DatasetSplits, *,
-                    components: Mapping[str, Mapping[str, Any]] | None = None) -> nn.Module:
-    """The model of `cfg`'s model section for `data`.
-
-    ``factory(num_classes=K, input_shape=data.input_shape, **model.params)``, plus what the data
-    offers the factory (``data.model_kwargs``, such as a text dataset's vocabulary) where it
-    takes it.
-
-    Raises:
-        ValueError: as :func:`raysearch.models.build_model`.
-    """
-    from raysearch.models import build_model, model_factory
-    from raysearch.registry import accepted_keywords
-
-    name = _component(cfg.model.name, "models", components)
-    names, var_kw = accepted_keywords(model_factory(name))
-    offered = {k: v for k, v in data.model_kwargs.items()
-               if (k in names or var_kw) and k not in cfg.model.params}
-    return build_model(name, num_classes=data.num_classes, input_shape=data.input_shape,
-                       **offered, **cfg.model.params)
-
-
-def check_run_model(cfg: RunConfig, data: DatasetSplits, *,
-                    components: Mapping[str, Mapping[str, Any]] | None = None) -> nn.Module:
-    """Build `cfg`'s model to check it, cheaply: on the meta device (shapes, no memory).
-
-    A factory that cannot run on the meta device (it reads tensor values) is built on the CPU,
-    whose error, if any, is the one raised; a factory given a file (a backbone's weights) is
-    built for real, so the file is read.
-    Then the data's task checks the model (a segmentation network on classification data).
-
-    Raises:
-        ValueError: as :func:`build_run_model`, or from the task's check.
-    """
-    from raysearch.models import model_factory
-    from raysearch.tasks import task_for
-
-    task = task_for(data)
-    label = f"model {cfg.model.name!r}"
-    # a factory that declares its task (the built-in segmentation networks) is checked first
-    task.check_model(model_factory(_component(cfg.model.name, "models", components)), label)
-    if any(isinstance(v, str) and Path(v).expanduser().is_file()
-           for v in cfg.model.params.values()):
-        # a factory that reads a file (a segmentation backbone's weights) reads it for real
-        model = build_run_model(cfg, data, components=components)
-    else:
-        try:
-            with torch.device("meta"):
-                model = build_run_model(cfg, data, components=components)
-        except Exception:  # noqa: BLE001 (the factory's own error, on the CPU)
-            model = build_run_model(cfg, data, components=components)
-    task.check_model(model, label)
-    task.check_output(model, data, label)
-    return model
-
-
-def build_run_loss(cfg: RunConfig, data: DatasetSplits, *,
-                   components: Mapping[str, Mapping[str, Any]] | None = None) -> nn.Module:
-    """The loss of `cfg`'s loss section, told the data's ``ignore_index`` when it has one.
-
-    Raises:
-        ValueError: as :func:`raysearch.losses.build_loss`.
-    """
-    from raysearch.losses import build_loss
-
-    name = _component(cfg.loss.name, "losses", components)
-    if data.ignore_index is not None:
-        return build_loss(name, ignore_index=data.ignore_index, **cfg.loss.params)
-    return build_loss(name, **cfg.loss.params)
-
-
-def _component(name: str, kind: str, components: Mapping[str, Mapping[str, Any]] | None) -> Any:
-    """The object given for `name` through the Python API, else the name itself."""
-    given = (components or {}).get(kind) or {}
-    return given.get(name, name)
-
-
-def lr_factor(cfg: RunConfig) -> Callable[[int], float]:
-    """The schedule of `cfg` as ``factor(i)``: epoch ``i + 1`` trains at ``lr * factor(i)``.
-
-    See the module docstring (cosine / multistep / constant, linear warm-up from 0.1).
-    """
-    epochs = cfg.epochs
-    warmup = cfg.schedule.warmup_epochs
-    schedule = cfg.schedule.name
-    milestones = cfg.schedule.milestone_epochs()
-    decay = cfg.schedule.lr_decay
-
-    def factor(i: int) -> float:
-        if schedule == "cosine":
-            span = max(epochs - warmup, 1)
-            value = (1 + math.cos(math.pi * max(i - warmup, 0) / span)) / 2
-        elif schedule == "multistep":
-            value = decay ** sum(1 for m in milestones if m <= i)
-        else:
-            value = 1.0
-        if i < warmup:
-            value *= 0.1 + 0.9 * i / warmup
-        return value
-
-    return factor
 
 
 #: Mixed into the epoch seed for the augmentation generator (independent of the batch order).
 _AUGMENT_SALT = 0x5EED_A5A5
 
-
-class _Guard:
-    """Divergence check of one epoch: at once on the CPU, on the device (no sync) on CUDA.
-
-    In DDP mode (`ddp`) the check agrees on all ranks: on the CPU the full-batch loss is
-    all-reduced every batch; on CUDA the first bad batch is all-reduced (min) at each check.
-    """
-
-    def __init__(
-        self,
-        device: torch.device,
-        optimizer: torch.optim.Optimizer,
-        epoch: int,
-        ddp: Dist | None = None,
-    ) -> None:
-        self.deferred = device.type == "cuda"
-        self.optimizer = optimizer
-        self.epoch = epoch
-        self.ddp = ddp
-        self.first_bad = torch.full((), -1, dtype=torch.int64, device=device)
-
-    def step(
-        self, loss: Tensor, batch: int, note: str = "", share: tuple[int, int] | None = None
-    ) -> None:
-        """Check the loss (or record it), then one backward pass and optimizer step.
-
-        In DDP mode `share` is ``(n_rank, n_batch)``: `loss` is the mean over this rank's
-        ``n_rank`` samples of a global batch of ``n_batch``; it is scaled by
-        ``world * n_rank / n_batch`` so that DDP's gradient average is the full-batch gradient.
-        """
-        if self.ddp is not None and share is not None:
-            self._step_shared(self.ddp, loss, batch, note, *share)
-            return
-        if not self.deferred:
-            if not torch.isfinite(loss):
-                self._raise(f"{loss.item()}", batch, note)
-        else:
-            bad = ~torch.isfinite(loss.detach()) & (self.first_bad < 0)
-            self.first_bad = torch.where(bad, batch, self.first_bad)
-            if batch % _CHECK_EVERY == 0:
-                self.check(note)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
-
-    def _step_shared(
-        self, ddp: Dist, loss: Tensor, batch: int, note: str, n_rank: int, n_batch: int
-    ) -> None:
-        weight = n_rank / n_batch
-        if not self.deferred:
-            total = ddp.all_sum(loss.detach().double() * weight)  # the full-batch loss
-            if not torch.isfinite(total):
-                self._raise(f"{total.item()}", batch, note)
-        else:
-            bad = ~torch.isfinite(loss.detach()) & (self.first_bad < 0)
-            self.first_bad = torch.where(bad, batch, self.first_bad)
-            if batch % _CHECK_EVERY == 0:
-                self.check(note)
-        self.optimizer.zero_grad(set_to_none=True)
-        scale = ddp.world * weight
-        (loss if scale == 1.0 else loss * scale).backward()
-        self.optimizer.step()
-
-    def check(self, note: str = "") -> None:
-        """Raise DivergedError if a recorded loss was not finite (one host sync on CUDA)."""
-        if not self.deferred:
-            return
-        first_bad = self.first_bad
-        if self.ddp is not None:  # the first bad batch on any rank, on every rank
-            none = torch.iinfo(torch.int64).max
-            first_bad = self.ddp.all_min(torch.where(first_bad < 0, none, first_bad))
-            first_bad = torch.where(first_bad == none, -1, first_bad)
-        if int(first_bad.item()) >= 0:
-            self._raise("not finite", int(first_bad.item()), note)
-
-    def _raise(self, what: str, batch: int, note: str) -> None:
-        lr = self.optimizer.param_groups[0]["lr"]
-        raise DivergedError(
-            f"training loss is {what} at epoch {self.epoch}, batch {batch} ({note}lr={lr:g})"
-        )
-
-
-def _make_mixer(
-    cfg: RunConfig, num_classes: int
-) -> Callable[[Tensor, Tensor], tuple[Tensor, Tensor, Tensor]] | None:
-    """MixUp/CutMix from torchvision.transforms.v2 as ``mix(x, y) -> (x_mixed, lam, y_partner)``.
-
-    RICAP (``cfg.ricap_beta`` > 0) gives ``(x_mixed, weights (4,), labels (4, N))`` instead: the
-    patch areas and labels of :func:`raysearch.data.ricap.ricap_patches`.
-
-    torchvision returns soft labels ``lam * onehot(y) + (1 - lam) * onehot(y_partner)``; `lam` is
-    the smallest own-label weight in the batch (every sample whose partner has another class
-    carries exactly lam) and `y_partner` the class holding the rest.
-    """
-    mixup = float(getattr(cfg, "mixup_alpha", 0.0))
-    cutmix = float(getattr(cfg, "cutmix_alpha", 0.0))
-    ricap_beta = float(getattr(cfg, "ricap_beta", 0.0))
-    if mixup <= 0 and cutmix <= 0 and ricap_beta <= 0:
-        return None
-    from torchvision.transforms import v2
-
-    parts = []
-    if mixup > 0:
-        parts.append(v2.MixUp(alpha=mixup, num_classes=num_classes))
-    if cutmix > 0:
-        parts.append(v2.CutMix(alpha=cutmix, num_classes=num_classes))
-    if ricap_beta > 0:  # RICAP: (x, weights (4,), labels (4, N)), see _train_pass
-        from raysearch.data.ricap import ricap_patches
-
-        parts.append(lambda x, y: ricap_patches(x, y, ricap_beta))
-    transform = parts[0] if len(parts) == 1 else v2.RandomChoice(parts)
-
-    def mix(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        out = transform(x, y)
-        if len(out) == 3:
-            return out
-        mixed, soft = out
-        lam = soft.gather(1, y[:, None]).min()
-        rest = soft - lam * torch.nn.functional.one_hot(y, num_classes).to(soft.dtype)
-        return mixed, lam, rest.argmax(dim=1)
-
-    return mix
 
 
 def _train_pass(
@@ -894,110 +634,7 @@ def _train_pass_interleaved(
     return _train_metrics(loss_sum, correct, n, ddp)
 
 
-#: Start of the error raised when interleaved training gets a loss without primary/secondary.
-_NOT_INTERLEAVABLE = "interleaved training needs a primary + secondary objective"
-
-
-def _check_interleavable(loss_fn: nn.Module, method: str, side_inputs: bool) -> None:
-    """Reject losses that cannot be split into primary and secondary terms (before training)."""
-    beta = getattr(loss_fn, "beta", None)
-    if (
-        side_inputs
-        or not callable(getattr(loss_fn, "terms", None))
-        or isinstance(beta, bool)
-        or not isinstance(beta, (int, float))
-    ):
-        raise ValueError(
-            f"{_NOT_INTERLEAVABLE} (a loss with terms(logits, targets) returning 'primary' and "
-            f"'secondary' and a `beta` attribute, e.g. sbece or savuc), got loss {method!r}"
-        )
-
-
-def _term(loss_fn: nn.Module, logits: Tensor, targets: Tensor, name: str) -> Tensor:
-    """``loss_fn.terms(logits, targets)[name]``, checked to be a differentiable scalar."""
-    terms = loss_fn.terms(logits, targets)
-    if not isinstance(terms, Mapping) or "primary" not in terms or "secondary" not in terms:
-        keys = sorted(terms) if isinstance(terms, Mapping) else type(terms).__name__
-        raise ValueError(
-            f"{_NOT_INTERLEAVABLE}: {type(loss_fn).__name__}.terms() must return 'primary' and "
-            f"'secondary', got {keys}"
-        )
-    value = terms[name]
-    if not isinstance(value, Tensor) or value.ndim != 0:
-        raise ValueError(f"terms()[{name!r}] must be a scalar tensor, got {value!r}")
-    if torch.is_grad_enabled() and not value.requires_grad:
-        raise ValueError(
-            f"terms()[{name!r}] of {type(loss_fn).__name__} carries no gradient; interleaved "
-            "training steps on it (is the primary None, or is the term detached?)"
-        )
-    return value
-
-
-def _interleave_fraction(cfg: RunConfig) -> float:
-    """``cfg.interleave_fraction`` (default 0.1), checked to be in (0, 1)."""
-    fraction = cfg.interleave_fraction
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
-        raise ValueError(f"`interleave_fraction` must be in (0, 1), got {fraction!r}")
-    return float(fraction)
-
-
-def _interleave_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[Tensor, Tensor]:
-    """Stratified, seeded (majority, held-out) split of the training indices.
-
-    ``train_test_split(range(n), test_size=fraction, stratify=labels, random_state=seed)``: the
-    held-out part has ``ceil(fraction * n)`` samples. Returns sorted int64 index tensors.
-
-    Raises:
-        ValueError: if the split cannot be stratified (a class with one sample, or fewer
-            held-out samples than classes).
-    """
-    from sklearn.model_selection import train_test_split
-
-    index = np.arange(len(labels))
-    try:
-        majority, held_out = train_test_split(
-            index, test_size=fraction, stratify=labels, random_state=seed % 2**32
-        )
-    except ValueError as exc:
-        raise ValueError(
-            f"`interleave_fraction`={fraction} cannot hold out a stratified part of the "
-            f"{len(labels)} training samples: {exc}"
-        ) from None
-    return torch.from_numpy(np.sort(majority)), torch.from_numpy(np.sort(held_out))
-
 
 def _epoch_seed(seed: int, epoch: int) -> int:
     """Seed of the batch order of one epoch: a fixed function of (seed, epoch)."""
     return (seed * 1_000_003 + epoch) % 2**63
-
-
-def _head_names(model: nn.Module, cfg: RunConfig) -> set[str]:
-    """Parameter names of the classification head when the run treats it apart.
-
-    That is with a head learning rate or a frozen backbone; empty otherwise.
-    """
-    if cfg.model.head_lr is None and not cfg.model.freeze_backbone_epochs:
-        return set()
-    from raysearch.models.pretrained import head_parameter_names
-
-    return set(head_parameter_names(model))
-
-
-def _param_groups(model: nn.Module, cfg: RunConfig, head: set[str]) -> list[dict[str, Any]]:
-    """Parameter groups: the head at ``model.head_lr`` (when set), the rest at ``lr``."""
-    head_lr = cfg.model.head_lr
-    if head_lr is None or not head:
-        return [{"params": list(model.parameters())}]
-    named = list(model.named_parameters())
-    return [{"params": [p for n, p in named if n not in head]},
-            {"params": [p for n, p in named if n in head], "lr": head_lr}]
-
-
-def _freeze_backbone(model: nn.Module, head: set[str], frozen: bool) -> None:
-    """``requires_grad`` off for every parameter outside the head while `frozen`, else on.
-
-    SGD skips parameters without a gradient: no update, no weight decay, no momentum.
-    """
-    for name, param in model.named_parameters():
-        if name not in head:
-            param.requires_grad_(not frozen)

@@ -1,0 +1,104 @@
+"""The divergence guard of a training epoch: check each batch's loss, then step the optimiser.
+
+``_Guard(device, optimizer, epoch, ddp).step(loss, batch)`` checks that the loss is finite (at
+once on the CPU; on CUDA on the device, read every ``_CHECK_EVERY`` batches and by
+``_Guard.check()``, with no host sync per batch), then runs the backward pass and the optimiser
+step; in DDP mode the check agrees on every rank and each rank's loss is scaled so that DDP's
+gradient average is the full-batch gradient. A NaN/inf raises
+:class:`~raysearch.loop.DivergedError` naming the first bad batch. See
+:func:`raysearch.training.fit` (**Divergence**). :mod:`raysearch.training` re-exports every name
+here.
+
+Imports only :mod:`raysearch.loop` of the package; never :mod:`raysearch.training`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from raysearch.loop import Dist, DivergedError
+
+#: On CUDA, the device-side divergence flag is read every this many batches.
+_CHECK_EVERY = 50
+
+
+class _Guard:
+    """Divergence check of one epoch: at once on the CPU, on the device (no sync) on CUDA.
+
+    In DDP mode (`ddp`) the check agrees on all ranks: on the CPU the full-batch loss is
+    all-reduced every batch; on CUDA the first bad batch is all-reduced (min) at each check.
+    """
+
+    def __init__(
+        self,
+        device: torch.device,
+        optimizer: torch.optim.Optimizer,
+        epoch: int,
+        ddp: Dist | None = None,
+    ) -> None:
+        self.deferred = device.type == "cuda"
+        self.optimizer = optimizer
+        self.epoch = epoch
+        self.ddp = ddp
+        self.first_bad = torch.full((), -1, dtype=torch.int64, device=device)
+
+    def step(
+        self, loss: Tensor, batch: int, note: str = "", share: tuple[int, int] | None = None
+    ) -> None:
+        """Check the loss (or record it), then one backward pass and optimizer step.
+
+        In DDP mode `share` is ``(n_rank, n_batch)``: `loss` is the mean over this rank's
+        ``n_rank`` samples of a global batch of ``n_batch``; it is scaled by
+        ``world * n_rank / n_batch`` so that DDP's gradient average is the full-batch gradient.
+        """
+        if self.ddp is not None and share is not None:
+            self._step_shared(self.ddp, loss, batch, note, *share)
+            return
+        if not self.deferred:
+            if not torch.isfinite(loss):
+                self._raise(f"{loss.item()}", batch, note)
+        else:
+            bad = ~torch.isfinite(loss.detach()) & (self.first_bad < 0)
+            self.first_bad = torch.where(bad, batch, self.first_bad)
+            if batch % _CHECK_EVERY == 0:
+                self.check(note)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+
+    def _step_shared(
+        self, ddp: Dist, loss: Tensor, batch: int, note: str, n_rank: int, n_batch: int
+    ) -> None:
+        weight = n_rank / n_batch
+        if not self.deferred:
+            total = ddp.all_sum(loss.detach().double() * weight)  # the full-batch loss
+            if not torch.isfinite(total):
+                self._raise(f"{total.item()}", batch, note)
+        else:
+            bad = ~torch.isfinite(loss.detach()) & (self.first_bad < 0)
+            self.first_bad = torch.where(bad, batch, self.first_bad)
+            if batch % _CHECK_EVERY == 0:
+                self.check(note)
+        self.optimizer.zero_grad(set_to_none=True)
+        scale = ddp.world * weight
+        (loss if scale == 1.0 else loss * scale).backward()
+        self.optimizer.step()
+
+    def check(self, note: str = "") -> None:
+        """Raise DivergedError if a recorded loss was not finite (one host sync on CUDA)."""
+        if not self.deferred:
+            return
+        first_bad = self.first_bad
+        if self.ddp is not None:  # the first bad batch on any rank, on every rank
+            none = torch.iinfo(torch.int64).max
+            first_bad = self.ddp.all_min(torch.where(first_bad < 0, none, first_bad))
+            first_bad = torch.where(first_bad == none, -1, first_bad)
+        if int(first_bad.item()) >= 0:
+            self._raise("not finite", int(first_bad.item()), note)
+
+    def _raise(self, what: str, batch: int, note: str) -> None:
+        lr = self.optimizer.param_groups[0]["lr"]
+        raise DivergedError(
+            f"training loss is {what} at epoch {self.epoch}, batch {batch} ({note}lr={lr:g})"
+        )

@@ -1,0 +1,128 @@
+"""A run's data, model and loss, built from its config (the first step of ``fit``).
+
+:func:`load_run_data` (the splits of ``cfg.data``), :func:`build_run_model` (the model of
+``cfg.model`` for those splits), :func:`check_run_model` (the same, built cheaply on the meta
+device to check it before a sweep) and :func:`build_run_loss` (the loss of ``cfg.loss``). Names
+of ``cfg`` resolve to objects given through the Python API (``components``) first, then to the
+registries of :mod:`raysearch.data`, :mod:`raysearch.models` and :mod:`raysearch.losses`.
+:mod:`raysearch.training` re-exports every name here.
+
+Imports (lazily) :mod:`raysearch.data`, :mod:`raysearch.models`, :mod:`raysearch.losses`,
+:mod:`raysearch.registry` and :mod:`raysearch.tasks` (and :mod:`raysearch.config` for type
+hints); never :mod:`raysearch.training`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from raysearch.config import RunConfig
+    from raysearch.data import DatasetSplits
+
+__all__ = ["build_run_loss", "build_run_model", "check_run_model", "load_run_data"]
+
+
+def load_run_data(cfg: RunConfig, *, components: Mapping[str, Mapping[str, Any]] | None = None,
+                  **extra: Any) -> DatasetSplits:
+    """The splits of `cfg`'s data section.
+
+    ``load_dataset(data.name, data_dir=data.dir, seed=cfg.split_seed,
+    val_fraction=data.val_fraction, **data.params)``.
+
+    Args:
+        cfg: the run config.
+        components: objects given through the Python API (see :func:`fit`).
+        **extra: more keyword arguments of the factory (``download=True``, ``verify=True``).
+
+    Raises:
+        ValueError: as :func:`raysearch.data.load_dataset` (unknown name, a keyword the
+            factory does not take, a contract violation).
+    """
+    from raysearch.data import load_dataset
+
+    name = _component(cfg.data.name, "datasets", components)
+    return load_dataset(name, seed=cfg.split_seed, val_fraction=cfg.data.val_fraction,
+                        data_dir=cfg.data.dir, **{**cfg.data.params, **extra})
+
+
+def build_run_model(cfg: RunConfig, data: DatasetSplits, *,
+                    components: Mapping[str, Mapping[str, Any]] | None = None) -> nn.Module:
+    """The model of `cfg`'s model section for `data`.
+
+    ``factory(num_classes=K, input_shape=data.input_shape, **model.params)``, plus what the data
+    offers the factory (``data.model_kwargs``, such as a text dataset's vocabulary) where it
+    takes it.
+
+    Raises:
+        ValueError: as :func:`raysearch.models.build_model`.
+    """
+    from raysearch.models import build_model, model_factory
+    from raysearch.registry import accepted_keywords
+
+    name = _component(cfg.model.name, "models", components)
+    names, var_kw = accepted_keywords(model_factory(name))
+    offered = {k: v for k, v in data.model_kwargs.items()
+               if (k in names or var_kw) and k not in cfg.model.params}
+    return build_model(name, num_classes=data.num_classes, input_shape=data.input_shape,
+                       **offered, **cfg.model.params)
+
+
+def check_run_model(cfg: RunConfig, data: DatasetSplits, *,
+                    components: Mapping[str, Mapping[str, Any]] | None = None) -> nn.Module:
+    """Build `cfg`'s model to check it, cheaply: on the meta device (shapes, no memory).
+
+    A factory that cannot run on the meta device (it reads tensor values) is built on the CPU,
+    whose error, if any, is the one raised; a factory given a file (a backbone's weights) is
+    built for real, so the file is read.
+    Then the data's task checks the model (a segmentation network on classification data).
+
+    Raises:
+        ValueError: as :func:`build_run_model`, or from the task's check.
+    """
+    from raysearch.models import model_factory
+    from raysearch.tasks import task_for
+
+    task = task_for(data)
+    label = f"model {cfg.model.name!r}"
+    # a factory that declares its task (the built-in segmentation networks) is checked first
+    task.check_model(model_factory(_component(cfg.model.name, "models", components)), label)
+    if any(isinstance(v, str) and Path(v).expanduser().is_file()
+           for v in cfg.model.params.values()):
+        # a factory that reads a file (a segmentation backbone's weights) reads it for real
+        model = build_run_model(cfg, data, components=components)
+    else:
+        try:
+            with torch.device("meta"):
+                model = build_run_model(cfg, data, components=components)
+        except Exception:  # noqa: BLE001 (the factory's own error, on the CPU)
+            model = build_run_model(cfg, data, components=components)
+    task.check_model(model, label)
+    task.check_output(model, data, label)
+    return model
+
+
+def build_run_loss(cfg: RunConfig, data: DatasetSplits, *,
+                   components: Mapping[str, Mapping[str, Any]] | None = None) -> nn.Module:
+    """The loss of `cfg`'s loss section, told the data's ``ignore_index`` when it has one.
+
+    Raises:
+        ValueError: as :func:`raysearch.losses.build_loss`.
+    """
+    from raysearch.losses import build_loss
+
+    name = _component(cfg.loss.name, "losses", components)
+    if data.ignore_index is not None:
+        return build_loss(name, ignore_index=data.ignore_index, **cfg.loss.params)
+    return build_loss(name, **cfg.loss.params)
+
+
+def _component(name: str, kind: str, components: Mapping[str, Mapping[str, Any]] | None) -> Any:
+    """The object given for `name` through the Python API, else the name itself."""
+    given = (components or {}).get(kind) or {}
+    return given.get(name, name)
