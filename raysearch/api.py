@@ -32,7 +32,7 @@ from typing import Any
 from raysearch.config import RunConfig, SweepSettings
 from raysearch.registry import object_label
 
-__all__ = ["TrainRun", "export", "searcher", "sweep", "train"]
+__all__ = ["Calibration", "TrainRun", "calibrate", "export", "searcher", "sweep", "train"]
 
 #: Where each keyword's callables are looked up, by kind.
 _KINDS = {"model": "models", "dataset": "datasets", "loss": "losses"}
@@ -250,8 +250,10 @@ def export(name: str, path: str | Path | None = None, *, tracking_uri: str | Non
     """
     import yaml
 
+    from raysearch.reports import quiet_mlflow
     from raysearch.tracking import best_config_document, get_client, load_sweep
 
+    quiet_mlflow()
     client, _ = get_client(tracking_uri)
     parent, frame, _ = load_sweep(client, name, experiment, tolerance)
     selected = frame[frame["selected"]] if not frame.empty else frame
@@ -298,3 +300,158 @@ def searcher(space: Any, *, metric: str | Sequence[str] = ("val_accuracy", "val_
                                      sampler=make_sampler(sampler, seed),
                                      require_completed=False)
 
+
+
+@dataclass
+class Calibration:
+    """What :func:`calibrate` returns.
+
+    Attributes:
+        report: the fitted calibrators' table (a :class:`~raysearch.posthoc.CalibrationReport`);
+            None after a search.
+        output_dir: the folder holding ``calibration.csv`` and the reliability diagrams; None
+            after a search.
+        run_id: the MLflow run the results were logged to (a search's parent run), or None.
+        search: the post-hoc sweep's result (a
+            :class:`~raysearch.posthoc_sweep.PosthocSweepResult`) with `search`, else None.
+    """
+
+    report: Any = None
+    output_dir: Path | None = None
+    run_id: str | None = None
+    search: Any = None
+
+
+def _method_names(methods: str | Sequence[str]) -> tuple[str, ...]:
+    if not isinstance(methods, str):
+        return tuple(methods)
+    if methods.strip().lower() in ("", "none"):
+        return ()
+    return tuple(part.strip() for part in methods.split(",") if part.strip())
+
+
+def _is_run_id(source: str) -> bool:
+    return len(source) == 32 and all(c in "0123456789abcdef" for c in source)
+
+
+def calibrate(source: str | Path, *, methods: str | Sequence[str] = "ts,ets,cts,pts,ts_sbece",
+              classwise_scaling: str = "off", fraction: float = 0.5, seed: int = 0,
+              n_bins: int = 15, output_dir: str | Path | None = None,
+              allow_pickle: bool = False, log: bool = False, search: str | Path | None = None,
+              num_samples: int = 16, holdout: float = 0.3, tracking_uri: str | None = None,
+              experiment: str = "raysearch",
+              progress: Callable[[str], None] | None = print) -> Calibration:
+    """Fit post-hoc calibrators on stored network outputs and compare them.
+
+    Without `search` each calibrator in `methods` is fitted on the calibration part and
+    measured on the evaluation part (:func:`raysearch.posthoc.calibrate_outputs`); the table
+    goes to ``<output_dir>/calibration.csv`` with one reliability diagram per row, and to an
+    MLflow run with `log` or a `tracking_uri`. With `search` a post-hoc space is swept with
+    Tune instead (:func:`raysearch.posthoc_sweep.run_posthoc_sweep`), always logged to MLflow.
+
+    Args:
+        source: a ``.npz``/``.parquet`` file (or a pickle with `allow_pickle`) of logits or
+            probabilities ``(N, K)`` float and labels ``(N,)`` int, or the 32-hex-digit MLflow
+            run id of a sweep trial (its stored validation/test logits).
+        methods: calibrator names, comma-separated or a sequence; ``"none"``: only the
+            uncalibrated row.
+        classwise_scaling: ``off``, ``on`` or ``both`` (class-wise loss scaling, Jung et al.
+            2023).
+        fraction: calibration share of a stratified split (files without their own split).
+        seed: seed of the split.
+        n_bins: bins of the metrics.
+        output_dir: where the table and diagrams go (default: ``./calibrate-<stem>``).
+        allow_pickle: read pickle files (only files you trust).
+        log: log the results to MLflow (implied by `tracking_uri`).
+        search: a post-hoc space name or YAML file to sweep instead of fitting `methods`.
+        num_samples: trials of the search.
+        holdout: held-out share of the calibration part that the search selects on.
+        tracking_uri: MLflow store (default: ``$MLFLOW_TRACKING_URI`` or
+            ``sqlite:///<cwd>/mlruns.db``).
+        experiment: MLflow experiment.
+        progress: called with each line to show, in order (the table, the files written, the
+            run; a search's trials and its selection); None: nothing is shown.
+
+    Returns:
+        Calibration: the report, the output folder, the MLflow run and the search's result.
+
+    Raises:
+        ValueError: for a file that cannot be read as outputs, a run without stored logits,
+            an unknown calibrator or bad split settings, a search whose trials all failed.
+        FileNotFoundError: if `source` is neither a file nor a run id.
+    """
+    from raysearch import plots
+    from raysearch.posthoc import calibrate_outputs, load_outputs
+    from raysearch.reports import percent, quiet_mlflow
+
+    say = progress or (lambda line: None)
+    source = str(source)
+    path = Path(source)
+    client = None
+    if not path.exists() and _is_run_id(source):
+        from raysearch.tracking import get_client, trial_outputs
+
+        quiet_mlflow()
+        client, _ = get_client(tracking_uri)
+        outputs = trial_outputs(client, source)
+        if outputs is None:
+            raise ValueError(f"run {source} has no stored logits (logits.parquet)")
+        stem = f"run-{source[:8]}"
+    else:
+        outputs = load_outputs(path, allow_pickle=allow_pickle)
+        stem = path.stem
+    if search:
+        from raysearch.posthoc_sweep import run_posthoc_sweep
+
+        quiet_mlflow()
+        result = run_posthoc_sweep(outputs, space=search, num_samples=num_samples,
+                                   seed=seed, fraction=fraction, holdout=holdout,
+                                   tracking_uri=tracking_uri, experiment=experiment,
+                                   n_bins=n_bins, progress=progress)
+        if result.selected is None:
+            raise ValueError("every post-hoc trial failed: nothing selected")
+        sel = result.selected
+        base = result.uncalibrated
+        say(f"\nselected: {result.best} (chosen on {result.split})")
+        say(f"evaluation part: ECE {percent(base.get('eval_ece'))} -> "
+            f"{percent(sel.get('eval_ece'))}, NLL {base.get('eval_nll', float('nan')):.4f}"
+            f" -> {sel.get('eval_nll', float('nan')):.4f}, accuracy "
+            f"{percent(base.get('eval_accuracy'))} -> {percent(sel.get('eval_accuracy'))}")
+        say(f"MLflow: sweep {result.name}, parent run {result.parent_run_id} "
+            f"({result.tracking_uri})")
+        return Calibration(run_id=result.parent_run_id, search=result)
+    report = calibrate_outputs(outputs, methods=_method_names(methods),
+                               classwise_scaling=classwise_scaling, fraction=fraction,
+                               seed=seed, n_bins=n_bins)
+    say(report.format_table())
+    out = Path(output_dir or f"calibrate-{stem}")
+    out.mkdir(parents=True, exist_ok=True)
+    report.to_frame().to_csv(out / "calibration.csv", index=False)
+    for row in report.rows:
+        if row.reliability is None:
+            continue
+        bins = row.reliability
+        ece_text = f"ECE {100 * row.metrics['ece']:.2f}%" if "ece" in row.metrics else ""
+        plots.reliability_diagram(bins.edges, bins.counts, bins.accuracy, bins.confidence,
+                                  out / f"reliability_{row.name.replace('+', '_')}.png",
+                                  title=f"{stem}: {row.name}  {ece_text}")
+    say(f"\nwrote {out}/calibration.csv and {len(report.rows)} reliability diagrams")
+    run_id = None
+    if log or tracking_uri:
+        from raysearch.tracking import get_client, log_calibration_run
+
+        quiet_mlflow()
+        if client is None:
+            client, uri = get_client(tracking_uri)
+        else:
+            uri = client.tracking_uri
+        run_id = log_calibration_run(
+            client, uri, experiment, run_name=f"calibrate-{stem}", source=source,
+            params={"source": source,
+                    "methods": methods if isinstance(methods, str) else ",".join(methods),
+                    "classwise_scaling": classwise_scaling, "split": fraction, "seed": seed,
+                    "n_bins": n_bins, "n_calibration": report.n_calibration,
+                    "n_evaluation": report.n_evaluation},
+            metrics=report.as_metrics("test"), folder=out)
+        say(f"MLflow run {run_id} ({uri})")
+    return Calibration(report=report, output_dir=out, run_id=run_id)

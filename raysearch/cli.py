@@ -7,7 +7,6 @@ FileNotFoundError) becomes one line on stderr and exit code 2, without a traceba
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import sys
@@ -41,14 +40,6 @@ def friendly_errors(func: Callable) -> Callable:
             sys.exit(_EXIT_BAD_INPUT)
 
     return wrapper
-
-
-def _quiet_mlflow() -> None:
-    """MLflow's INFO lines ("Creating initial MLflow database tables...") are noise here."""
-    import mlflow  # noqa: F401  (configures its loggers on import; then we lower them)
-
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 def _echo(line: str) -> None:
@@ -246,7 +237,9 @@ def sweep(ctx: click.Context, space: str | None, resume: str | None, dataset: st
     from raysearch.spaces import load_space
 
     if not dry_run:
-        _quiet_mlflow()
+        from raysearch.reports import quiet_mlflow
+
+        quiet_mlflow()
     if resume is not None:
         from raysearch.sweep_engine import resume_sweep
 
@@ -302,17 +295,11 @@ def sweep(ctx: click.Context, space: str | None, resume: str | None, dataset: st
 
 
 def _print_result(result: Any) -> None:
-    click.echo("")
-    click.echo(_pareto_table(result.trials))
-    if result.selected is not None:
-        click.echo(f"\nselected: {_describe(result.selected)}")
-        click.echo(f"next: raysearch report {result.name}   |   "
-                   f"raysearch export {result.name} -o best.yaml")
-    else:
-        click.echo("\nno trial ran all its epochs: nothing selected")
-    click.echo(f"open it in MLflow{result.mlflow_hint}: {result.mlflow_link}")
+    from raysearch.reports import sweep_result_lines
+
+    for line in sweep_result_lines(result):
+        click.echo(line)
     if result.interrupted:
-        click.echo(f"interrupted: `raysearch sweep --resume {result.name}` continues the sweep")
         sys.exit(_EXIT_INTERRUPTED)
 
 
@@ -336,9 +323,10 @@ def train(config: str, epochs: int | None, name: str | None, data_dir: str | Non
     import yaml
 
     from raysearch.config import RunConfig
+    from raysearch.reports import metrics_line, quiet_mlflow
     from raysearch.tracking import check_export_versions, train_and_log
 
-    _quiet_mlflow()
+    quiet_mlflow()
 
     cfg = RunConfig.from_yaml(config)
     if epochs is not None:
@@ -358,7 +346,7 @@ def train(config: str, epochs: int | None, name: str | None, data_dir: str | Non
         cfg, tracking_uri=tracking_uri, experiment=experiment, run_name=name, tags=tags,
         progress=_echo, device=device, precision=precision,
         metrics=(doc.get("metric_functions") or []) if isinstance(doc, dict) else [])
-    click.echo(_metrics_line(metrics))
+    click.echo(metrics_line(metrics))
     click.echo(f"MLflow run {run_id}")
 
 
@@ -387,57 +375,12 @@ def report(name: str, show_all: bool, tolerance: float | None, calibrated: str |
     scaling (fitted on half of each trial's validation set, measured on the other half), and
     the test columns show the test ECE after it.
     """
-    from raysearch.tracking import find_sweep, get_client, load_sweep
+    from raysearch.reports import report_lines
 
-    _quiet_mlflow()
-
-    suffix = f"_{calibrated}" if calibrated else ""
-    client, _ = get_client(tracking_uri)
-    if ece_metric is None:
-        ece_metric = find_sweep(client, name, experiment).data.params.get("ece_metric", "ece")
-    parent, frame, tol = load_sweep(client, name, experiment, tolerance,
-                                    ece_key=f"val_{ece_metric}{suffix}", selection=selection)
-    n_complete = int(frame["complete"].sum()) if not frame.empty else 0
-    which = f" after {calibrated}" if calibrated else ""
-    repeats = int(parent.data.params.get("repeats", 1))
-    acc = parent.data.params.get("accuracy_metric", "accuracy")
-    acc_name = "mIoU" if acc == "miou" else "accuracy"
-    if repeats > 1:
-        rule = selection or parent.data.params.get("selection", "mean")
-        bound = "mean + 1 SEM of" if rule == "robust" else "mean"
-        click.echo(f"sweep {name} (run {parent.info.run_id}, {parent.info.status}): "
-                   f"{len(frame)} configurations x {repeats} seeds, {n_complete} complete; "
-                   f"rule ({rule}): lowest {bound} val_{ece_metric}{which} within {tol:g} of "
-                   f"the best mean val {acc_name}")
-    else:
-        click.echo(f"sweep {name} (run {parent.info.run_id}, {parent.info.status}): "
-                   f"{len(frame)} trials, {n_complete} complete; rule: lowest "
-                   f"val_{ece_metric}{which} within {tol:g} of the best val {acc_name}")
-    click.echo(_pareto_table(frame, show_all=show_all, suffix=suffix, metric=ece_metric,
-                             accuracy=acc))
-    if plot:
-        from raysearch import plots
-
-        acc_col = f"val_{acc}"
-        shown = frame[frame["on_front"] | (frame["complete"] & frame[acc_col].notna())]
-        sel = [i for i, s in enumerate(shown["selected"]) if s]
-        ece_col = f"val_{ece_metric}{suffix}"
-        bars = ({"accuracy_sem": shown[acc_col + "_sem"], "ece_sem": shown[ece_col + "_sem"]}
-                if acc_col + "_sem" in shown and ece_col + "_sem" in shown else {})
-        plots.pareto_plot(shown[acc_col], shown[ece_col],
-                          shown["on_front"], plot, selected=sel[0] if sel else None,
-                          groups=list(shown["method"].astype(str)), title=f"sweep {name}",
-                          ece_label=f"validation ECE{which}",
-                          accuracy_label=f"validation {acc_name}", **bars)
-        click.echo(f"wrote {plot}")
-    sel = frame[frame["selected"]] if not frame.empty else frame
-    if len(sel):
-        click.echo(f"\nselected: {_describe(sel.iloc[0])}")
-        ci = _test_ece_ci(client, sel.iloc[0]["run_id"], calibrated)
-        if ci:
-            click.echo(ci)
-    else:
-        click.echo("\nno complete trial: nothing selected")
+    for line in report_lines(name, tracking_uri=tracking_uri, experiment=experiment,
+                             tolerance=tolerance, calibrated=calibrated, ece_metric=ece_metric,
+                             selection=selection, show_all=show_all, plot=plot):
+        click.echo(line)
 
 
 @main.command()
@@ -459,53 +402,11 @@ def compare(name: str, by: str, baseline: str, tolerance: float | None,
     test ECE against the baseline's (positive: lower ECE; 0.8 is a large effect). The table
     (compare.csv) and a bar plot (compare.png) are attached to the sweep's parent run.
     """
-    import tempfile
+    from raysearch.reports import compare_lines
 
-    from raysearch import plots
-    from raysearch.repeats import compare_methods
-    from raysearch.tracking import get_client, load_sweep, seed_trials
-
-    _quiet_mlflow()
-    client, _ = get_client(tracking_uri)
-    parent, frame, tol = load_sweep(client, name, experiment, tolerance)
-    if not frame.empty and "n_seeds" in frame:  # a repeated sweep: the seed runs
-        frame = seed_trials(client, parent)
-    if frame.empty or by not in frame:
-        raise ValueError(f"sweep '{name}' has no trials with a '{by}' column to compare")
-    table = compare_methods(frame, by=by, baseline=baseline, tolerance=tol)
-    if table.empty:
-        raise ValueError(f"sweep '{name}' has no complete trial to compare")
-    names = dict(zip(frame["config"], frame["trial"], strict=False))
-    click.echo(f"sweep {name}: per {by}, the configuration the rule selects (lowest val ECE "
-               f"within {tol:g} of the best val accuracy), on test data, mean ± SEM over seeds")
-    header = [by, "selected", "seeds", "test acc", "test ECE", f"Cohen's d vs {baseline}"]
-    lines = [[str(r[by]), str(names.get(r["config"], "?")), str(r["n_seeds"]),
-              _pm(r["test_accuracy_mean"], r["test_accuracy_sem"]),
-              _pm(r["test_ece_mean"], r["test_ece_sem"]),
-              "" if r["cohens_d"] != r["cohens_d"] else f"{r['cohens_d']:.2f}"]
-             for _, r in table.iterrows()]
-    widths = [max(len(h), *(len(row[i]) for row in lines)) for i, h in enumerate(header)]
-    for row in [header, *lines]:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-    with tempfile.TemporaryDirectory() as d:
-        table.to_csv(Path(d) / "compare.csv", index=False)
-        plots.compare_plot(list(table[by].astype(str)), table["test_ece_mean"],
-                           table["test_ece_sem"], table["test_accuracy_mean"],
-                           Path(d) / "compare.png", effect=list(table["cohens_d"]),
-                           baseline=baseline)
-        for f in ("compare.csv", "compare.png"):
-            client.log_artifact(parent.info.run_id, str(Path(d) / f))
-    click.echo(f"attached compare.csv and compare.png to the parent run {parent.info.run_id}")
-
-
-def _pm(mean: Any, sem: Any) -> str:
-    """``12.34% ± 0.56`` (percent points), or just the mean when the SEM is unknown."""
-    text = _pct(mean)
-    try:
-        s = float(sem)
-    except (TypeError, ValueError):
-        return text
-    return text if s != s else f"{text} ± {100 * s:.2f}"
+    for line in compare_lines(name, by=by, baseline=baseline, tolerance=tolerance,
+                              tracking_uri=tracking_uri, experiment=experiment):
+        click.echo(line)
 
 
 @main.command()
@@ -520,13 +421,11 @@ def export(name: str, output: str, tolerance: float | None, tracking_uri: str | 
            experiment: str) -> None:
     """Write the selected trial's config of sweep NAME (reusable by `raysearch train`)."""
     from raysearch.api import export as export_sweep
+    from raysearch.reports import export_line
 
-    _quiet_mlflow()
     doc = export_sweep(name, output, tracking_uri=tracking_uri, experiment=experiment,
                        tolerance=tolerance)
-    row = {**doc["metrics"], "trial": doc["trial"], "config": json.dumps(doc["config"]),
-           "method": (doc["config"].get("loss") or {}).get("name", "")}
-    click.echo(f"wrote {output}: {_describe(row)}")
+    click.echo(f"wrote {output}: {export_line(doc)}")
     click.echo(f"train it again: raysearch train {output}")
 
 
@@ -571,80 +470,13 @@ def calibrate(source: str, methods: str, classwise_scaling: str, fraction: float
     Without a split of its own the file is split stratified: --split for calibration, the rest
     for evaluation.
     """
-    from raysearch import plots
-    from raysearch.posthoc import calibrate_outputs, load_outputs
+    from raysearch.api import calibrate as calibrate_source
 
-    path = Path(source)
-    client = None
-    if not path.exists() and len(source) == 32 and all(c in "0123456789abcdef" for c in source):
-        from raysearch.tracking import get_client, trial_outputs
-
-        _quiet_mlflow()
-        client, _ = get_client(tracking_uri)
-        outputs = trial_outputs(client, source)
-        if outputs is None:
-            raise ValueError(f"run {source} has no stored logits (logits.parquet)")
-        stem = f"run-{source[:8]}"
-    else:
-        outputs = load_outputs(path, allow_pickle=allow_pickle)
-        stem = path.stem
-    if search_space:
-        from raysearch.posthoc_sweep import run_posthoc_sweep
-
-        _quiet_mlflow()
-        result = run_posthoc_sweep(outputs, space=search_space, num_samples=num_samples,
-                                   seed=seed, fraction=fraction, holdout=holdout,
-                                   tracking_uri=tracking_uri, experiment=experiment,
-                                   n_bins=n_bins, progress=_echo)
-        if result.selected is None:
-            raise ValueError("every post-hoc trial failed: nothing selected")
-        sel = result.selected
-        base = result.uncalibrated
-        click.echo(f"\nselected: {result.best} (chosen on {result.split})")
-        click.echo(f"evaluation part: ECE {_pct(base.get('eval_ece'))} -> "
-                   f"{_pct(sel.get('eval_ece'))}, NLL {base.get('eval_nll', float('nan')):.4f}"
-                   f" -> {sel.get('eval_nll', float('nan')):.4f}, accuracy "
-                   f"{_pct(base.get('eval_accuracy'))} -> {_pct(sel.get('eval_accuracy'))}")
-        click.echo(f"MLflow: sweep {result.name}, parent run {result.parent_run_id} "
-                   f"({result.tracking_uri})")
-        return
-    report = calibrate_outputs(outputs, methods=_names(methods),
-                               classwise_scaling=classwise_scaling, fraction=fraction,
-                               seed=seed, n_bins=n_bins)
-    click.echo(report.format_table())
-    out = Path(output_dir or f"calibrate-{stem}")
-    out.mkdir(parents=True, exist_ok=True)
-    frame = report.to_frame()
-    frame.to_csv(out / "calibration.csv", index=False)
-    for row in report.rows:
-        if row.reliability is None:
-            continue
-        bins = row.reliability
-        ece_text = f"ECE {100 * row.metrics['ece']:.2f}%" if "ece" in row.metrics else ""
-        plots.reliability_diagram(bins.edges, bins.counts, bins.accuracy, bins.confidence,
-                                  out / f"reliability_{row.name.replace('+', '_')}.png",
-                                  title=f"{stem}: {row.name}  {ece_text}")
-    click.echo(f"\nwrote {out}/calibration.csv and {len(report.rows)} reliability diagrams")
-    if log_mlflow or tracking_uri:
-        from raysearch.tracking import ensure_experiment, get_client, log_metrics, log_params
-
-        _quiet_mlflow()
-        if client is None:
-            client, uri = get_client(tracking_uri)
-        else:
-            uri = client.tracking_uri
-        exp_id = ensure_experiment(client, experiment, uri)
-        run = client.create_run(exp_id, run_name=f"calibrate-{stem}",
-                                tags={"raysearch.source": source})
-        log_params(client, run.info.run_id, {
-            "source": source, "methods": methods, "classwise_scaling": classwise_scaling,
-            "split": fraction, "seed": seed, "n_bins": n_bins,
-            "n_calibration": report.n_calibration, "n_evaluation": report.n_evaluation})
-        log_metrics(client, run.info.run_id, report.as_metrics("test"), step=0)
-        for item in sorted(out.iterdir()):
-            client.log_artifact(run.info.run_id, str(item))
-        client.set_terminated(run.info.run_id, "FINISHED")
-        click.echo(f"MLflow run {run.info.run_id} ({uri})")
+    calibrate_source(source, methods=methods, classwise_scaling=classwise_scaling,
+                     fraction=fraction, seed=seed, n_bins=n_bins, output_dir=output_dir,
+                     allow_pickle=allow_pickle, log=log_mlflow, search=search_space,
+                     num_samples=num_samples, holdout=holdout, tracking_uri=tracking_uri,
+                     experiment=experiment, progress=_echo)
 
 
 @main.command("list")
@@ -808,37 +640,12 @@ def ui_command(port: int, host: str, sweep_name: str | None, tracking_uri: str |
     """
     import signal
 
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
-
     from raysearch import ui
-    from raysearch.runs import SWEEP_TAG, check_tracking_uri, find_sweep, resolve_tracking_uri
+    from raysearch.reports import sweep_links
 
-    _quiet_mlflow()
-    uri = resolve_tracking_uri(tracking_uri)
-    ui.require_store(uri)  # before any client: MLflow would create an empty SQLite file
-    check_tracking_uri(uri)
-    try:
-        client = MlflowClient(tracking_uri=uri)
-        exp_id = ui.get_experiment_id(client, experiment)
-        parent = (find_sweep(client, sweep_name, experiment) if sweep_name
-                  else ui.latest_sweep(client, experiment))
-    except MlflowException as exc:  # a store MLflow refuses (e.g. a file store): one line
-        raise ValueError(f"{uri}: {exc.message}") from None
-    base = ui.ui_base_url(uri, host, port)
-    if parent is None:
-        lines = [f"experiment {experiment}: {ui.experiment_link(base, exp_id)}",
-                 f"note: experiment '{experiment}' has no sweep yet (raysearch sweep SPACE "
-                 "runs one)"]
-    else:
-        name = parent.data.tags.get(SWEEP_TAG, parent.info.run_name)
-        run_id = parent.info.run_id
-        lines = [f"{'sweep' if sweep_name else 'latest sweep'} {name}: "
-                 f"{ui.run_link(base, parent.info.experiment_id, run_id)}"]
-        if ui.has_artifact(client, run_id, "pareto.png"):
-            lines.append("Pareto plot: " + ui.run_link(base, parent.info.experiment_id, run_id,
-                                                       artifact="pareto.png"))
-    if uri.startswith(("http://", "https://")):
+    links = sweep_links(tracking_uri, experiment, sweep_name, host=host, port=port)
+    uri, base, lines = links.uri, links.base, links.lines
+    if links.remote:
         click.echo(f"MLflow UI: {base}")
         for line in lines:
             click.echo(line)
@@ -878,57 +685,7 @@ def ui_command(port: int, host: str, sweep_name: str | None, tracking_uri: str |
 
 
 # ---------------------------------------------------------------------------------------------
-# formatting helpers
-
-_NOT_HP = {"method", "dataset", "model", "epochs", "seed", "momentum", "weight_decay",
-           "batch_size", "variant", "error"}
-
-
-def _hp_text(row: Any) -> str:
-    try:
-        cfg = json.loads(row.get("config", "{}"))
-    except (TypeError, ValueError):
-        cfg = {}
-    if isinstance(cfg.get("loss"), dict):  # sections
-        params = dict(cfg["loss"].get("params") or {})
-        lr = (cfg.get("optimizer") or {}).get("lr")
-        params.update({f"model.{k}": v for k, v in
-                       ((cfg.get("model") or {}).get("params") or {}).items()
-                       if isinstance(v, (int, float, str, bool))})
-    else:  # the flat layout of earlier versions
-        params, lr = dict(cfg.get("loss_params", {})), cfg.get("lr")
-    params.pop("variant", None)
-    if lr is not None:
-        params["lr"] = lr
-    return " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                    for k, v in params.items())
-
-
-def _test_ece_ci(client: Any, run_id: str, calibrated: str | None) -> str:
-    """Bootstrap 95% interval of the selected trial's test ECE (after `calibrated` if given)."""
-    import numpy as np
-
-    from raysearch.metrics import ece_ci, softmax
-    from raysearch.tracking import trial_outputs
-
-    outputs = trial_outputs(client, run_id)
-    if outputs is None or outputs.split is None:
-        return ""
-    test = outputs.split == "test"
-    probs = softmax(outputs.logits[test])
-    what = "test ECE"
-    if calibrated:
-        from raysearch.calibration import fit_calibrator
-
-        val = outputs.split == "val"
-        cal = fit_calibrator(calibrated, outputs.logits[val], outputs.labels[val])
-        probs = cal.predict_proba(outputs.logits[test])
-        what = f"test ECE after {calibrated}"
-    point, low, high = ece_ci(probs, outputs.labels[test], n_boot=1000, seed=0)
-    n = int(np.sum(test))
-    return (f"{what}: {100 * point:.2f}% (95% bootstrap CI {100 * low:.2f}-{100 * high:.2f}%, "
-            f"{n} test samples, 1000 replicates)")
-
+# option parsing
 
 def _key_values(items: tuple[str, ...], section: str, option: str) -> dict[str, Any]:
     """``("hidden=64",)`` -> ``{"model.hidden": 64}`` (values read as YAML)."""
@@ -951,86 +708,6 @@ def _names(text: str) -> tuple[str, ...]:
     if text.strip().lower() in ("", "none"):
         return ()
     return tuple(part.strip() for part in text.split(",") if part.strip())
-
-
-def _pareto_table(frame: Any, show_all: bool = False, suffix: str = "",
-                  metric: str = "ece", accuracy: str | None = None) -> str:
-    if frame is None or frame.empty:
-        return "(no trials)"
-    rows = frame if show_all else frame[frame["on_front"]]
-    if rows.empty:
-        return "(no complete trial on the Pareto front)"
-    if accuracy is None:  # segmentation trials log val_miou
-        accuracy = "miou" if "val_miou" in rows else "accuracy"
-    cols = [f"val_{accuracy}", f"val_{metric}{suffix}", f"test_{accuracy}",
-            f"test_{metric}{suffix}"]
-    if cols[0] in rows and cols[1] in rows:
-        rows = rows.sort_values([cols[0], cols[1]], ascending=[False, True])
-    tag = f" ({suffix[1:]})" if suffix else ""
-    label = "ECE" if metric == "ece" else metric
-    acc = "mIoU" if accuracy == "miou" else "acc"
-    header = ["trial", "method", "hyperparameters", f"val {acc}", f"val {label}{tag}",
-              f"test {acc}", f"test {label}{tag}", ""]
-    repeated = "n_seeds" in rows
-    if repeated:
-        header.insert(3, "seeds")
-    lines = []
-    for _, row in rows.iterrows():
-        mark = "selected" if row.get("selected") else ("front" if row.get("on_front") else "")
-        if not row.get("complete"):
-            mark = row.get("status", "").lower() if row.get("status") != "FINISHED" else "partial"
-        line = [str(row["trial"]), str(row.get("method", "")), _hp_text(row),
-                *(_pm(row.get(c), row.get(c + "_sem")) for c in cols), mark]
-        if repeated:
-            n = row.get("n_seeds")
-            line.insert(3, "-" if n is None or n != n else str(int(n)))
-        lines.append(line)
-    widths = [max(len(h), *(len(r[i]) for r in lines)) for i, h in enumerate(header)]
-    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
-    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-            for r in lines]
-    what = "mIoU" if accuracy == "miou" else "accuracy"
-    title = "all trials" if show_all else f"Pareto front (validation {what} vs. validation ECE)"
-    if "n_seeds" in frame:
-        title += ", mean ± SEM over seeds (percent points)"
-    return title + "\n" + "\n".join(out)
-
-
-def _pct(value: Any) -> str:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return "-"
-    return "-" if v != v else f"{100 * v:.2f}%"
-
-
-def _describe(row: Any) -> str:
-    def show(key: str) -> str:
-        return _pm(row.get(key), row.get(key + "_sem"))
-
-    seeds = ""
-    if row.get("n_seeds") == row.get("n_seeds") and row.get("n_seeds") is not None:
-        n = int(row["n_seeds"])
-        seeds = f" | mean ± SEM over {n} seeds" if n != 1 else " | 1 complete seed"
-    miou = row.get("val_miou")
-    if miou is not None and miou == miou:  # a segmentation trial
-        return (f"{row['trial']} {row.get('method', '')} {_hp_text(row)} | val mIoU "
-                f"{show('val_miou')} pixel ECE {show('val_ece')} | test mIoU "
-                f"{show('test_miou')} pixel ECE {show('test_ece')}{seeds}")
-    return (f"{row['trial']} {row.get('method', '')} {_hp_text(row)} | val acc "
-            f"{show('val_accuracy')} ECE {show('val_ece')} | test acc "
-            f"{show('test_accuracy')} ECE {show('test_ece')}{seeds}")
-
-
-def _metrics_line(metrics: dict[str, float]) -> str:
-    parts = []
-    for split in ("val", "test"):
-        miou = f"mIoU {_pct(metrics[f'{split}_miou'])} " if f"{split}_miou" in metrics else ""
-        parts.append(f"{split}: {miou}acc {_pct(metrics.get(f'{split}_accuracy'))} "
-                     f"ECE {_pct(metrics.get(f'{split}_ece'))} "
-                     f"AECE {_pct(metrics.get(f'{split}_aece'))} "
-                     f"NLL {metrics.get(f'{split}_nll', float('nan')):.4f}")
-    return " | ".join(parts)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1532,3 +1532,32 @@ def _jsonable(value: Any) -> Any:
         except (TypeError, ValueError):
             pass
     return str(value)
+
+
+def log_calibration_run(client: MlflowClient, uri: str, experiment: str, *, run_name: str,
+                        source: str, params: dict[str, Any], metrics: dict[str, float],
+                        folder: str | Path) -> str:
+    """Log a post-hoc calibration of stored outputs as one finished MLflow run.
+
+    Args:
+        client: a client on the store.
+        uri: the store's resolved tracking URI (where a new experiment keeps its artifacts).
+        experiment: the experiment, created if missing.
+        run_name: the run's name (``calibrate-<file stem>``).
+        source: the calibrated file or trial run id (tag ``raysearch.source``).
+        params: the calibration's settings, logged as params.
+        metrics: its metrics (as :meth:`raysearch.posthoc.CalibrationReport.as_metrics`),
+            logged at step 0.
+        folder: a folder whose files (the table, the reliability diagrams) become artifacts.
+
+    Returns:
+        The run id.
+    """
+    exp_id = ensure_experiment(client, experiment, uri)
+    run = client.create_run(exp_id, run_name=run_name, tags={"raysearch.source": source})
+    log_params(client, run.info.run_id, params)
+    log_metrics(client, run.info.run_id, metrics, step=0)
+    for item in sorted(Path(folder).iterdir()):
+        client.log_artifact(run.info.run_id, str(item))
+    client.set_terminated(run.info.run_id, "FINISHED")
+    return run.info.run_id
