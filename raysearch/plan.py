@@ -14,39 +14,14 @@ from typing import Any
 
 from raysearch.config import SweepSettings
 from raysearch.prepare import prepare_data
-from raysearch.recipes import choose_recipe
+from raysearch.recipes import sweep_dataset, with_recipe
 from raysearch.spaces import SearchSpace, load_space
 
-__all__ = ["SEARCHED", "plan_sweep", "sweep_dataset", "with_recipe"]
+__all__ = ["SEARCHED", "plan_sweep", "sweep_dataset", "with_recipe"]  # the last two: recipes
 
 #: What the resolved config shows for a value the sweep searches (its range is under
 #: ``searched``).
 SEARCHED = "<searched>"
-
-
-def sweep_dataset(space: SearchSpace, settings: SweepSettings) -> str:
-    """The dataset name the sweep's trials use (``--dataset``, else the space's, else digits)."""
-    cfg = space.resolve(space.end_config("low"), **settings.overrides())
-    return str(cfg.data.name)
-
-
-def with_recipe(space: SearchSpace, settings: SweepSettings) -> tuple[SearchSpace, Any, str]:
-    """`space` with the sweep's recipe (``settings.recipe``, else the default one).
-
-    Sets ``settings.recipe`` to the applied recipe's name (None when there is none).
-
-    Returns:
-        (space, recipe or None, one line saying which recipe and why).
-
-    Raises:
-        ValueError: an unknown or malformed recipe, or a recipe value the space's keys reject.
-    """
-    dataset = sweep_dataset(space, settings)
-    # the recipe may set the dataset (acls-imagenet: imagefolder) when the command line did not
-    space, recipe, why = choose_recipe(space, settings.recipe, dataset)
-    if space.recipe is not None:
-        settings.recipe = space.recipe
-    return space, recipe, why
 
 
 def _mark(low: Any, high: Any) -> Any:

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from raysearch.spaces import SpaceError, _read_yaml, _Spec, training_specs
 
 if TYPE_CHECKING:
+    from raysearch.config import SweepSettings
     from raysearch.spaces import SearchSpace
 
 __all__ = [
@@ -58,6 +59,8 @@ __all__ = [
     "choose_recipe",
     "default_recipe",
     "load_recipe",
+    "sweep_dataset",
+    "with_recipe",
 ]
 
 #: ``--recipe none``: no recipe, not even the default one.
@@ -277,3 +280,28 @@ def choose_recipe(space: SearchSpace, recipe: str | Path | None,
         return apply_recipe(space, found), found, f"recipe {found.name}: {why}"
     loaded = load_recipe(recipe)
     return apply_recipe(space, loaded), loaded, f"recipe {loaded.name} (--recipe)"
+
+
+def sweep_dataset(space: SearchSpace, settings: SweepSettings) -> str:
+    """The dataset name the sweep's trials use (``--dataset``, else the space's, else digits)."""
+    cfg = space.resolve(space.end_config("low"), **settings.overrides())
+    return str(cfg.data.name)
+
+
+def with_recipe(space: SearchSpace, settings: SweepSettings) -> tuple[SearchSpace, Any, str]:
+    """`space` with the sweep's recipe (``settings.recipe``, else the default one).
+
+    Sets ``settings.recipe`` to the applied recipe's name (None when there is none).
+
+    Returns:
+        (space, recipe or None, one line saying which recipe and why).
+
+    Raises:
+        ValueError: an unknown or malformed recipe, or a recipe value the space's keys reject.
+    """
+    dataset = sweep_dataset(space, settings)
+    # the recipe may set the dataset (acls-imagenet: imagefolder) when the command line did not
+    space, recipe, why = choose_recipe(space, settings.recipe, dataset)
+    if space.recipe is not None:
+        settings.recipe = space.recipe
+    return space, recipe, why

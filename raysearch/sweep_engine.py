@@ -326,7 +326,7 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
     settings.validate()
     space = space if isinstance(space, SearchSpace) else load_space(space)
     say = progress or (lambda line: logger.info("%s", line))
-    from raysearch.plan import with_recipe
+    from raysearch.recipes import with_recipe
 
     space, _, why = with_recipe(space, settings)  # the training protocol (raysearch.recipes)
     # names, data, models, losses and optimizers fail here, before Ray or MLflow
