@@ -8,6 +8,7 @@ The Python API (see docs/python-api.md)::
     result.trials, result.front, result.selected, result.parent_run_id
     raysearch.train("best.yaml")                               # retrain an exported config
     raysearch.export(result.name, "best.yaml")
+    raysearch.calibrate("my_logits.npz", methods=("ts", "dirichlet"))  # post-hoc on a file
 
 Names are imported on first use, so ``import raysearch`` stays cheap (no torch, Ray or MLflow).
 """
@@ -30,6 +31,7 @@ _LAZY = {
     "train": "raysearch.api",
     "export": "raysearch.api",
     "searcher": "raysearch.api",
+    "calibrate": "raysearch.api",
 }
 
 __all__ = ["__version__", *_LAZY]
