@@ -1,0 +1,93 @@
+"""A sweep's child-run bookkeeping and its MLflow writer thread, one per driver process.
+
+:class:`_SweepBook` holds what :class:`~raysearch.tracking.callback.MlflowSweepCallback` knows of
+a sweep's child runs (trial id -> run id, epochs logged, retries, adopted and orphaned runs) and
+runs the MLflow writes in order on one background thread; :func:`_book_for` gives every copy of a
+sweep's callback in a process the same book (``_BOOKS``, keyed by the parent run id).
+
+It imports no module of the package; :mod:`raysearch.tracking.callback` imports it.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+
+from mlflow.tracking import MlflowClient
+
+logger = logging.getLogger("raysearch.tracking")
+
+
+class _SweepBook:
+    """One sweep's child-run bookkeeping and its MLflow writer thread, one per driver process.
+
+    Tune pickles callbacks with its state (``tuner.pkl``) and ``Tuner.restore`` brings back a
+    copy; every copy of a sweep's :class:`MlflowSweepCallback` in a process shares this book
+    (keyed by the parent run id), so the copy Tune calls and the one the driver flushes agree.
+    """
+
+    def __init__(self, client: MlflowClient) -> None:
+        self.client = client
+        self.lock = threading.Lock()
+        self.children: dict[str, str] = {}  # trial id -> run id (set by the writer thread)
+        self.started: dict[str, float] = {}
+        self.last_line: dict[str, float] = {}
+        self.nodes: dict[str, str] = {}  # trial id -> Ray node id its (rank-0) process ran on
+        self.steps: dict[str, int] = {}  # trial id -> last epoch logged (no duplicate steps)
+        self.retries: dict[str, int] = {}
+        self.resumed: dict[str, int] = {}  # trial id -> checkpoint epoch its attempt resumed
+        self.sealed: set[str] = set()  # runs ended before a resume: left exactly as they are
+        self.reopen: set[str] = set()  # runs to set RUNNING again when their trial restarts
+        self.configs: dict[str, str] = {}  # trial id -> its RunConfig JSON (adopted runs)
+        self.orphans: dict[str, str] = {}  # run id -> config JSON: trials Tune's snapshot lost
+        self.count = 0  # child runs created or adopted (numbers the run names)
+        # repeated sweeps (--repeats): configuration id -> its run id / its number
+        self.config_runs: dict[str, str] = {}
+        self.config_index: dict[str, int] = {}
+        self.orphan_parents: dict[str, str] = {}  # orphaned seed run -> its configuration run
+        self.seeds_ended: dict[str, int] = {}  # configuration run id -> seeds that ended
+        self.trial_gid: dict[str, str] = {}  # a seed's trial id -> its configuration id
+        self.finished = 0
+        self.adopted = False
+        self.queue: queue.Queue = queue.Queue()
+        self.writer = threading.Thread(target=self._drain, name="raysearch-mlflow", daemon=True)
+        self.writer.start()
+
+    def _drain(self) -> None:
+        while True:
+            job = self.queue.get()
+            try:
+                if job is None:
+                    return
+                job()
+            except Exception as exc:  # a failed write must not stop the sweep or later writes
+                logger.warning("MLflow write failed: %s", exc)
+            finally:
+                self.queue.task_done()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        self.queue.put(job)
+
+    def flush(self) -> None:
+        """Wait until every queued write is done."""
+        if self.writer.is_alive():
+            self.queue.join()
+
+    def close(self) -> None:
+        if self.writer.is_alive():
+            self.queue.put(None)
+            self.writer.join()
+
+
+_BOOKS: dict[str, _SweepBook] = {}
+_BOOKS_LOCK = threading.Lock()
+
+
+def _book_for(parent_run_id: str, client: MlflowClient) -> _SweepBook:
+    with _BOOKS_LOCK:
+        book = _BOOKS.get(parent_run_id)
+        if book is None or not book.writer.is_alive():
+            book = _BOOKS[parent_run_id] = _SweepBook(client)
+        return book

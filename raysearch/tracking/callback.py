@@ -1,0 +1,682 @@
+"""The driver-side Ray Tune callbacks that record a sweep in MLflow.
+
+:class:`MlflowSweepCallback` makes a child run per trial under the sweep's parent run (for
+``--repeats``, a configuration run per sampled configuration with its seeds' runs below it),
+logs each epoch's metrics, the test metrics and the artifacts, and adopts the runs of a resumed
+sweep; :class:`SweepCallback` is the same record for a Tune trainable of a user's own, which also
+makes the parent run and selects the winner when the trials ended.
+
+Imports :mod:`raysearch.tracking.book`, :mod:`~raysearch.tracking.client`,
+:mod:`~raysearch.tracking.sweeps` and :mod:`~raysearch.tracking.export`; no module of the
+package imports it but :mod:`raysearch.tracking`, which re-exports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from mlflow.tracking import MlflowClient
+from ray import tune
+
+from raysearch.runs import (
+    COMPLETE_TAG,
+    CONFIG_TAG,
+    CONFIGURATION_TAG,
+    DEFAULT_EXPERIMENT,
+    ERROR_TAG,
+    NODE_KEY,
+    NODE_TAG,
+    OUTCOME_TAG,
+    PARENT_TAG,
+    REPEATS_TAG,
+    RESUMED_TAG,
+    RETRIES_TAG,
+    SEALED_OUTCOMES,
+    SWEEP_TAG,
+    TRIAL_TAG,
+)
+from raysearch.spaces import CONFIG_ID_KEY, SEED_INDEX_KEY, SearchSpace
+from raysearch.tracking.book import _BOOKS, _BOOKS_LOCK, _book_for, _SweepBook
+from raysearch.tracking.client import (
+    _numeric_metrics,
+    ensure_experiment,
+    get_client,
+    log_dataset,
+    log_epochs,
+    log_params,
+    log_reliability,
+    run_params,
+)
+from raysearch.tracking.export import finalize_sweep
+from raysearch.tracking.sweeps import summarize_configuration, sweep_runs
+from raysearch.trainable import (
+    ARTIFACT_FILES,
+    COMPLETED,
+    DIVERGED,
+    EPOCH_HISTORY,
+    RELIABILITY,
+    RELIABILITY_PLOT,
+    RESUMED_FROM,
+)
+
+logger = logging.getLogger("raysearch.tracking")
+
+
+def _last_step(client: MlflowClient, run_id: str) -> int:
+    """Last epoch logged to `run_id` (0 when none)."""
+    steps = [m.step for m in client.get_metric_history(run_id, "val_accuracy")]
+    return max(steps, default=0)
+
+
+class MlflowSweepCallback(tune.Callback):
+    """Driver-side Tune callback: a child run per trial under the sweep's parent run.
+
+    Params are logged at trial start, ``train_*``/``val_*`` metrics every epoch with
+    ``step=epoch``, the ``test_*`` metrics and a reliability diagram at the end. The child ends
+    FINISHED (tag ``raysearch.complete`` says whether it ran all its epochs) or FAILED; the tag
+    ``raysearch.outcome`` says why (``complete``, ``stopped_early``, ``diverged``, ``error``,
+    ``interrupted``).
+
+    **Faults.** A trial that Tune retries (``--max-failures``) keeps its one child run: the
+    tag ``raysearch.retries`` counts the retries, ``raysearch.resumed_from_epoch`` names the
+    checkpoint the last attempt started from, and epochs the retry trains again are not logged
+    twice (a step is logged once). When a sweep is resumed (``raysearch sweep --resume``),
+    :meth:`setup` adopts the existing child runs by their trial id: runs that had ended keep
+    their records untouched, interrupted or failed ones are set RUNNING again when their trial
+    restarts.
+
+    The MLflow writes run in order on one background thread of the driver, so Tune's event loop
+    (and the trials waiting on it after each ``tune.report``) never waits on the store; call
+    :meth:`close` after ``Tuner.fit`` to flush them (``on_experiment_end`` flushes too).
+
+    Args:
+        client: MLflow client of the sweep's store.
+        experiment_id: experiment holding the parent run.
+        parent_run_id: the sweep's parent run.
+        sweep_name: the sweep's name (prefix of child run names).
+        space: the sweep's search space (resolves trial configs).
+        overrides: sweep-wide RunConfig overrides (dataset, epochs, seed, ...).
+        progress: called with one readable line per finished trial, one per retry, and with an
+            epoch line for a running trial when its last line is at least
+            :attr:`EPOCH_LINE_EVERY_S` seconds old (long epochs on real datasets; digits
+            trials finish first).
+        total: number of trials of the sweep (for the progress line).
+        max_failures: retries Tune grants a failed trial (for the retry line).
+        dataset: the sweep's :func:`dataset_record`, logged as each child run's dataset input.
+        repeats: seeds per configuration (``--repeats``). With more than one, the child run of
+            the parent is a *configuration run* per sampled configuration (its trial configs
+            share ``_config_id``); each seed's trial gets its own run nested under it
+            (``mlflow.parentRunId`` = the configuration run), and once all its seeds ended the
+            configuration run gets the mean and SEM of every metric
+            (:func:`summarize_configuration`).
+    """
+
+    #: Shortest gap (seconds) between two epoch lines of one running trial.
+    EPOCH_LINE_EVERY_S = 30.0
+    #: A trial counts as complete only when its last result says ``completed: True`` (what
+    #: raysearch's trainable reports); False: unless it says ``completed: False``.
+    requires_completed = True
+
+    def __init__(self, client: MlflowClient, experiment_id: str, parent_run_id: str,
+                 sweep_name: str, space: SearchSpace, overrides: dict[str, Any],
+                 progress: Callable[[str], None] | None = None, total: int | None = None,
+                 max_failures: int = 0, dataset: dict[str, Any] | None = None,
+                 repeats: int = 1):
+        self.dataset = dataset
+        self.repeats = repeats
+        self.tracking_uri = client.tracking_uri
+        self.experiment_id = experiment_id
+        self.parent_run_id = parent_run_id
+        self.sweep_name = sweep_name
+        self.space = space
+        self.overrides = overrides
+        self.progress = progress
+        self.total = total
+        self.max_failures = max_failures
+        self._client = client
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tune pickles callbacks with the experiment (tuner.pkl): the client and the book stay
+        state = self.__dict__.copy()
+        state.pop("_client", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._client = None
+
+    @property
+    def client(self) -> MlflowClient:
+        """Client of the sweep's store (recreated after unpickling)."""
+        if self._client is None:
+            self._client = MlflowClient(tracking_uri=self.tracking_uri)
+        return self._client
+
+    @property
+    def book(self) -> _SweepBook:
+        """This process's bookkeeping of the sweep (shared by every copy of the callback)."""
+        return _book_for(self.parent_run_id, self.client)
+
+    @property
+    def children(self) -> dict[str, str]:
+        """Trial id -> child run id (complete once :meth:`close` returned)."""
+        return self.book.children
+
+    @property
+    def finished(self) -> int:
+        """Trials that ended so far (including those recorded before a resume)."""
+        return self.book.finished
+
+    def _submit(self, job: Callable[[], None]) -> None:
+        self.book.submit(job)
+
+    def close(self) -> None:
+        """Wait until every queued MLflow write is done, then stop the writer thread."""
+        with _BOOKS_LOCK:
+            book = _BOOKS.pop(self.parent_run_id, None)
+        if book is not None:
+            book.close()
+
+    # -- Tune hooks (event loop thread) ------------------------------------------------------
+    def setup(self, **info: Any) -> None:
+        """Adopt the child runs the sweep already has (a resumed sweep); no-op on a new one."""
+        book = self.book
+        if book.adopted:
+            return
+        book.adopted = True
+        runs = sweep_runs(self.client, self.experiment_id, self.parent_run_id)
+        now = time.monotonic()
+        for run in runs:  # configuration runs first (they are older than their seeds')
+            gid = run.data.tags.get(CONFIGURATION_TAG)
+            if gid and not run.data.tags.get(TRIAL_TAG):
+                book.config_runs[gid] = run.info.run_id
+                book.config_index[gid] = len(book.config_index)
+        runs = [r for r in runs if r.data.tags.get(TRIAL_TAG)]
+        for run in runs:
+            tid = run.data.tags.get(TRIAL_TAG)
+            book.count += 1
+            book.children[tid] = run.info.run_id
+            book.configs[tid] = run.data.tags.get(CONFIG_TAG, "")
+            if run.data.tags.get(CONFIGURATION_TAG):
+                book.trial_gid[tid] = run.data.tags[CONFIGURATION_TAG]
+            book.started[tid] = now
+            book.retries[tid] = int(run.data.tags.get(RETRIES_TAG, 0))
+            if run.data.tags.get(NODE_TAG):
+                book.nodes[tid] = run.data.tags[NODE_TAG]
+            outcome = run.data.tags.get(OUTCOME_TAG)
+            if run.info.status == "FINISHED" or outcome in SEALED_OUTCOMES:
+                book.sealed.add(tid)
+                book.finished += 1
+                if run.data.tags.get(CONFIGURATION_TAG):
+                    config_run = run.data.tags.get(PARENT_TAG, "")
+                    book.seeds_ended[config_run] = book.seeds_ended.get(config_run, 0) + 1
+            else:
+                book.steps[tid] = _last_step(self.client, run.info.run_id)
+                if run.info.status != "RUNNING":
+                    book.reopen.add(tid)
+        if runs and self.progress is not None:
+            self.progress(f"resuming sweep {self.sweep_name}: {len(book.sealed)} trials already "
+                          f"recorded as ended, {len(runs) - len(book.sealed)} to continue")
+
+    def known_trials(self, trial_ids: set[str]) -> None:
+        """The trial ids of a restored experiment (``Tuner.restore``): call after :meth:`setup`.
+
+        Adopted unended runs of other trials are orphans: their trials started after Tune's
+        last snapshot, so the restored searcher samples them again under new ids. A new trial
+        whose configuration equals an orphan's takes over that run (see :meth:`_start`)
+        instead of creating a second run for the same configuration.
+        """
+        book = self.book
+        for tid in list(book.children):
+            if tid not in trial_ids and tid not in book.sealed:
+                run_id = book.children.pop(tid)
+                book.orphans[run_id] = book.configs.get(tid, "")
+                book.orphan_parents[run_id] = self._adopted_parent(run_id)
+                book.started.pop(tid, None)
+                book.reopen.discard(tid)
+
+    def _adopted_parent(self, run_id: str) -> str:
+        try:
+            return self.client.get_run(run_id).data.tags.get(PARENT_TAG, "")
+        except Exception:  # noqa: BLE001 (an unreadable run: no configuration to rejoin)
+            return ""
+
+    def _start(self, trial: Any) -> None:
+        book = self.book
+        tid = trial.trial_id
+        if tid in book.started:
+            if tid in book.reopen:
+                book.reopen.discard(tid)
+                self._submit(lambda: self._reopen(tid))
+            return
+        book.started[tid] = time.monotonic()
+        cfg_json, params, method = self.describe(trial.config)
+        gid = trial.config.get(CONFIG_ID_KEY) if self.repeats > 1 else None
+        orphan = next((r for r, c in book.orphans.items() if c == cfg_json), None)
+        if orphan is not None:
+            del book.orphans[orphan]
+            book.children[tid] = orphan
+            book.steps[tid] = _last_step(self.client, orphan)
+            config_run = book.orphan_parents.pop(orphan, "")
+            if gid is not None and gid not in book.config_runs and config_run \
+                    and config_run != self.parent_run_id:
+                # the restored searcher sampled this configuration again under a new id:
+                # its seeds rejoin the configuration run they had
+                book.config_runs[gid] = config_run
+                book.config_index[gid] = len(book.config_index)
+
+            if gid is not None and config_run:
+                book.trial_gid[tid] = gid
+
+            def claim() -> None:
+                self.client.set_tag(orphan, TRIAL_TAG, tid)
+                if gid is not None and book.config_runs.get(gid) == config_run:
+                    self.client.set_tag(orphan, CONFIGURATION_TAG, gid)
+                    self.client.set_tag(config_run, CONFIGURATION_TAG, gid)
+                self._reopen(tid)
+
+            self._submit(claim)
+            return
+        if gid is not None:
+            self._start_seed(trial, tid, gid, cfg_json, params, method)
+            return
+        index = book.count
+        book.count += 1
+
+        def create() -> None:
+            run = self.client.create_run(
+                self.experiment_id, run_name=f"{self.sweep_name}-{index:03d}-{method}",
+                tags={PARENT_TAG: self.parent_run_id, SWEEP_TAG: self.sweep_name,
+                      TRIAL_TAG: tid, CONFIG_TAG: cfg_json})
+            book.children[tid] = run.info.run_id
+            log_params(self.client, run.info.run_id, params)
+            if self.dataset:
+                log_dataset(self.client, run.info.run_id, self.dataset)
+
+        self._submit(create)
+
+    def _start_seed(self, trial: Any, tid: str, gid: str, cfg_json: str,
+                    params: dict[str, Any], method: str) -> None:
+        """A repeated sweep's trial: its run goes under its configuration's run (made once)."""
+        book = self.book
+        seed_index = trial.config.get(SEED_INDEX_KEY, 0)
+        if gid not in book.config_index:
+            number = book.config_index[gid] = len(book.config_index)
+            base = {k: v for k, v in trial.config.items() if k != SEED_INDEX_KEY}
+            base_json, base_params, _ = self.describe(base)
+
+            def create_configuration() -> None:
+                run = self.client.create_run(
+                    self.experiment_id, run_name=f"{self.sweep_name}-{number:03d}-{method}",
+                    tags={PARENT_TAG: self.parent_run_id, SWEEP_TAG: self.sweep_name,
+                          CONFIGURATION_TAG: gid, CONFIG_TAG: base_json,
+                          REPEATS_TAG: str(self.repeats)})
+                book.config_runs[gid] = run.info.run_id
+                log_params(self.client, run.info.run_id, {**base_params,
+                                                          "repeats": self.repeats})
+                if self.dataset:
+                    log_dataset(self.client, run.info.run_id, self.dataset)
+
+            self._submit(create_configuration)
+        number = book.config_index[gid]
+        book.count += 1
+        book.trial_gid[tid] = gid
+
+        def create() -> None:
+            run = self.client.create_run(
+                self.experiment_id,
+                run_name=f"{self.sweep_name}-{number:03d}-{method}-seed{seed_index}",
+                tags={PARENT_TAG: book.config_runs[gid], SWEEP_TAG: self.sweep_name,
+                      TRIAL_TAG: tid, CONFIG_TAG: cfg_json, CONFIGURATION_TAG: gid})
+            book.children[tid] = run.info.run_id
+            log_params(self.client, run.info.run_id, {**params, "seed_index": seed_index})
+            if self.dataset:
+                log_dataset(self.client, run.info.run_id, self.dataset)
+
+        self._submit(create)
+
+    def _seed_ended(self, tid: str) -> None:
+        """Writer thread, after a seed run ended: summarise its configuration once all did."""
+        book = self.book
+        run_id = book.children.get(tid)
+        config_run = book.config_runs.get(book.trial_gid.get(tid, ""))
+        if run_id is None or config_run is None:
+            return
+        book.seeds_ended[config_run] = book.seeds_ended.get(config_run, 0) + 1
+        if book.seeds_ended[config_run] >= self.repeats:
+            line = summarize_configuration(self.client, self.experiment_id, config_run)
+            if line and self.progress is not None:
+                self.progress(line)
+
+    def describe(self, config: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
+        """(config JSON, MLflow params, short method name) of a trial config.
+
+        The config is resolved through the sweep's space into a :class:`RunConfig`; a config
+        the space cannot resolve (the trial will fail too) gets an ``error`` param.
+        """
+        try:
+            cfg = self.space.resolve(config, **self.overrides)
+        except ValueError as exc:
+            return "{}", {"error": str(exc)[:400]}, "?"
+        return json.dumps(cfg.to_dict()), run_params(cfg), _short_name(cfg.loss.name)
+
+    def headline(self, config: dict[str, Any]) -> str:
+        """The method and hyperparameters of a trial, for its progress line."""
+        try:
+            cfg = self.space.resolve(config, **self.overrides)
+        except ValueError:
+            return "?"
+        shown = {**cfg.loss.params, "lr": cfg.optimizer.lr}
+        # the factories' arguments the space searches (model.hidden, optimizer.weight_decay)
+        shown.update({k: v for k, v in config.items() if "." in k
+                      and k.split(".", 1)[0] in ("model", "data", "optimizer")
+                      and k not in ("optimizer.lr",)})
+        hp = " ".join(f"{k}={_short(v)}" for k, v in shown.items() if k != "variant")
+        head = f"{_short_name(cfg.loss.name):<6s} {hp}"
+        if self.repeats > 1 and SEED_INDEX_KEY in config:
+            head += f" seed {cfg.seed}"
+        return head
+
+    def _reopen(self, tid: str) -> None:
+        run_id = self.book.children[tid]
+        self.client.update_run(run_id, status="RUNNING")
+        for tag in (ERROR_TAG, OUTCOME_TAG, COMPLETE_TAG):
+            with contextlib.suppress(Exception):  # (absent tags)
+                self.client.delete_tag(run_id, tag)
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:  # noqa: D102
+        self._start(trial)
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict,  # noqa: D102
+                        **info: Any) -> None:
+        self._start(trial)
+        tid = trial.trial_id
+        book = self.book
+        if tid in book.sealed:
+            return
+        tags = self._tag_changes(tid, result)
+        # a report carries its own epoch and the unreported epochs before it (EPOCH_HISTORY)
+        epochs = []
+        for entry in [*result.get(EPOCH_HISTORY, ()), result]:
+            metrics = _numeric_metrics(entry)
+            step = int(entry.get("epoch", result.get("training_iteration", 0)))
+            if metrics and step > book.steps.get(tid, 0):
+                book.steps[tid] = step
+                epochs.append((step, metrics))
+        if epochs or tags:
+            self._submit(lambda: log_epochs(self.client, book.children[tid], epochs, tags))
+        if epochs:
+            self._epoch_line(trial, *epochs[-1])
+
+    def _tag_changes(self, tid: str, result: dict) -> dict[str, str]:
+        """Tags to set: the node and the checkpoint epoch of `result` where they changed."""
+        book = self.book
+        tags = {}
+        for key, tag, seen, kind in ((NODE_KEY, NODE_TAG, book.nodes, str),
+                                     (RESUMED_FROM, RESUMED_TAG, book.resumed, int)):
+            value = result.get(key)
+            if not isinstance(value, kind) or isinstance(value, bool) or seen.get(tid) == value:
+                continue
+            seen[tid] = value
+            tags[tag] = str(value)
+        return tags
+
+    def _epoch_line(self, trial: Any, epoch: int, metrics: dict[str, float]) -> None:
+        now = time.monotonic()
+        tid = trial.trial_id
+        book = self.book
+        last = book.last_line.get(tid, book.started.get(tid, now))
+        if self.progress is None or now - last < self.EPOCH_LINE_EVERY_S:
+            return
+        if "val_accuracy" not in metrics or "val_ece" not in metrics:
+            return
+        book.last_line[tid] = now
+        epochs = self.overrides.get("epochs") or trial.config.get("epochs", "?")
+        self.progress(f"  {tid} epoch {epoch}/{epochs}: val acc "
+                      f"{100 * metrics['val_accuracy']:.2f}% ECE {100 * metrics['val_ece']:.2f}%"
+                      f" ({now - book.started.get(tid, now):.0f}s)")
+
+    def on_trial_recover(self, iteration: int, trials: list, trial: Any,  # noqa: D102
+                         **info: Any) -> None:
+        self._start(trial)
+        tid = trial.trial_id
+        book = self.book
+        book.retries[tid] = book.retries.get(tid, 0) + 1
+        count = book.retries[tid]
+        message = _trial_error(trial)
+        self._submit(lambda: self._tag_retry(tid, count, message))
+        if self.progress is not None:
+            self.progress(f"  {tid} failed ({message.splitlines()[-1][:160]}); retrying from its "
+                          f"last checkpoint (retry {count} of {self.max_failures})")
+
+    def _tag_retry(self, tid: str, count: int, message: str) -> None:
+        run_id = self.book.children[tid]
+        self.client.set_tag(run_id, RETRIES_TAG, str(count))
+        self.client.set_tag(run_id, "raysearch.last_failure", message[:4000])
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any,  # noqa: D102
+                          **info: Any) -> None:
+        self._start(trial)
+        tid = trial.trial_id
+        book = self.book
+        result = dict(trial.last_result or {})
+        if tid in book.sealed:  # recorded before a resume (Tune's snapshot was older)
+            return
+        tags = self._tag_changes(tid, result)
+        if tags:
+            self._submit(lambda: log_epochs(self.client, book.children[tid], [], tags))
+        if result.get(DIVERGED):
+            self._fail(trial, str(result[DIVERGED]), result, outcome="diverged")
+            return
+        complete = bool(result.get(COMPLETED, not self.requires_completed))
+        checkpoint = trial.checkpoint if complete else None
+
+        def finish() -> None:
+            run_id = book.children[tid]
+            log_epochs(self.client, run_id, [], {
+                COMPLETE_TAG: str(complete).lower(),
+                OUTCOME_TAG: "complete" if complete else "stopped_early"})
+            drawn = False  # the trial draws its reliability diagram into its last checkpoint
+            if checkpoint is not None:
+                try:
+                    with checkpoint.as_directory() as d:
+                        for name in ARTIFACT_FILES:
+                            if (Path(d) / name).is_file():
+                                self.client.log_artifact(run_id, str(Path(d) / name))
+                                drawn = drawn or name == RELIABILITY_PLOT
+                except Exception as exc:  # never lose the run over an artifact
+                    logger.warning("logits of %s not attached: %s", tid, exc)
+            if complete and not drawn and isinstance(result.get(RELIABILITY), dict):
+                title = f"{tid}  test ECE {100 * result.get('test_ece', float('nan')):.2f}%"
+                try:
+                    log_reliability(self.client, run_id, result[RELIABILITY], title)
+                except Exception as exc:  # a plot must never lose the run
+                    logger.warning("reliability diagram of %s failed: %s", tid, exc)
+            self.client.set_terminated(run_id, "FINISHED")
+            if tid in book.trial_gid:
+                self._seed_ended(tid)
+
+        self._submit(finish)
+        self._report(trial, result, "done" if complete else "stopped early")
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any,  # noqa: D102
+                       **info: Any) -> None:
+        self._start(trial)
+        self._fail(trial, _trial_error(trial), dict(trial.last_result or {}), outcome="error")
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:  # noqa: D102
+        self.book.flush()
+
+    def _fail(self, trial: Any, message: str, result: dict, *, outcome: str) -> None:
+        tid = trial.trial_id
+        book = self.book
+
+        def fail() -> None:
+            run_id = book.children[tid]
+            log_epochs(self.client, run_id, [], {COMPLETE_TAG: "false", OUTCOME_TAG: outcome,
+                                                 ERROR_TAG: message[:4000]})
+            self.client.set_terminated(run_id, "FAILED")
+            if tid in book.trial_gid:
+                self._seed_ended(tid)
+
+        self._submit(fail)
+        self._report(trial, result, f"FAILED: {message.splitlines()[-1][:160]}")
+
+    def _report(self, trial: Any, result: dict, outcome: str) -> None:
+        book = self.book
+        book.finished += 1
+        if self.progress is None:
+            return
+        elapsed = time.monotonic() - book.started.get(trial.trial_id, time.monotonic())
+        head = self.headline(trial.config)
+        total = f"/{self.total}" if self.total else ""
+        scores = ""
+        if "val_miou" in result and "val_ece" in result:  # segmentation
+            scores = (f" val mIoU {100 * result['val_miou']:.2f}%"
+                      f" pixel ECE {100 * result['val_ece']:.2f}%")
+        elif "val_accuracy" in result and "val_ece" in result:
+            scores = (f" val acc {100 * result['val_accuracy']:.2f}%"
+                      f" ECE {100 * result['val_ece']:.2f}%")
+        done = result.get(COMPLETED, not self.requires_completed)
+        if "test_miou" in result and done:
+            scores += (f" | test mIoU {100 * result['test_miou']:.2f}%"
+                       f" pixel ECE {100 * result['test_ece']:.2f}%")
+        elif "test_accuracy" in result and done:
+            scores += (f" | test acc {100 * result['test_accuracy']:.2f}%"
+                       f" ECE {100 * result['test_ece']:.2f}%")
+        retries = book.retries.get(trial.trial_id, 0)
+        if retries:
+            outcome += f", after {retries} {'retry' if retries == 1 else 'retries'}"
+        self.progress(f"[{book.finished}{total}] {head}{scores} ({elapsed:.1f}s, {outcome})")
+
+
+def _short_name(name: str) -> str:
+    """A name for run names and progress lines: an import string's attribute (``MyLoss``)."""
+    return name.rsplit(":", 1)[-1].rsplit(".", 1)[-1] if ":" in name else name
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+def _trial_error(trial: Any) -> str:
+    path = getattr(trial, "error_file", None)
+    if path and Path(path).is_file():
+        text = Path(path).read_text().strip()
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        errors = [ln for ln in lines if "Error" in ln or "Exception" in ln]
+        return (errors[-1] if errors else lines[-1]).strip() if lines else "unknown error"
+    return str(getattr(trial, "error_msg", None) or "unknown error")
+
+
+class SweepCallback(MlflowSweepCallback):
+    """The sweep's MLflow record for a Tune trainable of your own (a ``tune.Tuner`` callback).
+
+    Give it to your ``tune.RunConfig(callbacks=[...])``: it makes a parent run for the sweep and
+    a child run per trial (the trial's config as params, every reported metric with
+    ``step=epoch`` or ``training_iteration``), and once the trials ended it applies the
+    selection rule ("lowest `ece` within `tolerance` of the best `accuracy`", on validation
+    metrics) and attaches ``pareto.png``, ``trials.parquet`` and ``best_config.yaml`` to the
+    parent run, as ``raysearch sweep`` does. A trial counts as complete when it ends without an
+    error (a last result with ``completed: False``, e.g. one a scheduler stopped, does not).
+
+    The tracking URI is `tracking_uri`, else ``$MLFLOW_TRACKING_URI``, else
+    ``sqlite:///<cwd>/mlruns.db``.
+
+    Args:
+        name: the sweep's name (the parent run's name and tag; default
+            ``<space>-<YYYYmmdd-HHMMSS>``).
+        space: the :class:`~raysearch.spaces.SearchSpace` the trials were sampled from
+            (their params are then named as in the space); None: the config's scalar values.
+        experiment: MLflow experiment.
+        tracking_uri: MLflow tracking URI.
+        accuracy: the validation metric of the accuracy axis (maximised).
+        ece: the validation metric of the calibration axis (minimised).
+        tolerance: accuracy tolerance of the rule (absolute fraction).
+        progress: called with one line per finished trial (default: :func:`print`).
+
+    Attributes:
+        parent_run_id: the sweep's parent run.
+        trials: after the sweep, the trials table (``on_front``, ``selected`` columns).
+
+    Example:
+        >>> callback = SweepCallback(space=space)                  # doctest: +SKIP
+        >>> tune.Tuner(my_trainable, tune_config=tune.TuneConfig(search_alg=raysearch.searcher(
+        ...     space)), run_config=tune.RunConfig(callbacks=[callback])).fit()
+    """
+
+    requires_completed = False
+
+    def __init__(self, name: str | None = None, *, space: SearchSpace | None = None,
+                 experiment: str = DEFAULT_EXPERIMENT, tracking_uri: str | None = None,
+                 accuracy: str = "val_accuracy", ece: str = "val_ece",
+                 tolerance: float = 0.01,
+                 progress: Callable[[str], None] | None = print) -> None:
+        client, uri = get_client(tracking_uri)
+        experiment_id = ensure_experiment(client, experiment, uri)
+        name = name or f"{space.name if space is not None else 'sweep'}-" \
+                       f"{time.strftime('%Y%m%d-%H%M%S')}"
+        parent = client.create_run(experiment_id, run_name=name,
+                                   tags={SWEEP_TAG: name, "raysearch.trainable": "own"})
+        log_params(client, parent.info.run_id, {
+            "space": space.name if space is not None else "", "tolerance": tolerance,
+            "accuracy_metric": accuracy[len("val_"):] if accuracy.startswith("val_")
+            else accuracy, "ece_metric": ece[len("val_"):] if ece.startswith("val_") else ece,
+            "selection_rule": f"lowest {ece} within {tolerance} of the best {accuracy}"})
+        super().__init__(client, experiment_id, parent.info.run_id, name, space, {},
+                         progress=progress)
+        self.accuracy, self.ece, self.tolerance = accuracy, ece, tolerance
+        self.trials: pd.DataFrame | None = None
+
+    def describe(self, config: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
+        """The trial's config as JSON, its scalar values (or the space's names) as params."""
+        plain = {k: v for k, v in config.items() if isinstance(v, (str, int, float, bool))
+                 or v is None}
+        if self.space is not None:
+            try:
+                plain = self.space.plain_params(config)
+            except ValueError:
+                pass
+        method = _short_name(str(plain.get("method", "trial")))
+        return json.dumps(_jsonable(config)), plain, method
+
+    def headline(self, config: dict[str, Any]) -> str:
+        """The trial's sampled values, for its progress line."""
+        _, params, _ = self.describe(config)
+        return " ".join(f"{k}={_short(v)}" for k, v in params.items())
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        """Flush the writes, then select and attach the Pareto plot, table and best config."""
+        super().on_experiment_end(trials, **info)
+        self.close()
+        self.trials = finalize_sweep(self.client, self.parent_run_id, tolerance=self.tolerance,
+                                     ece_key=self.ece, accuracy_key=self.accuracy)
+        if self.progress is not None:
+            picked = self.trials[self.trials["selected"]] if not self.trials.empty else None
+            line = (f"selected {picked.iloc[0]['trial']}" if picked is not None and len(picked)
+                    else "no complete trial: nothing selected")
+            self.progress(f"sweep {self.sweep_name}: {line}; parent run {self.parent_run_id}")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if hasattr(value, "item"):
+        try:
+            return value.item()
+        except (TypeError, ValueError):
+            pass
+    return str(value)

@@ -1,0 +1,263 @@
+"""The end of a sweep and its export: the selection's artifacts and ``best_config.yaml``.
+
+:func:`finalize_sweep` applies the selection rule and attaches ``pareto.png``,
+``trials.parquet`` (``seeds.parquet``) and ``best_config.yaml`` to the parent run;
+:func:`best_config_document` is the exported document and :func:`requirements` what it needs to
+train again (versions, the user's code behind its names); :func:`check_export_versions` says
+where this environment differs from an export's.
+
+Imports :mod:`raysearch.tracking.client` and :mod:`~raysearch.tracking.sweeps`;
+:mod:`~raysearch.tracking.callback` and :mod:`raysearch.tracking` import it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+from mlflow.tracking import MlflowClient
+
+from raysearch import plots
+from raysearch.runs import (
+    ERROR_TAG,
+    OUTCOME_TAG,
+    PARENT_TAG,
+    REPEATS_TAG,
+    SWEEP_TAG,
+    TRIAL_TAG,
+)
+from raysearch.tracking.client import log_metrics
+from raysearch.tracking.sweeps import (
+    annotate_selection,
+    seed_trials,
+    summarize_configuration,
+    sweep_runs,
+    sweep_trials,
+    write_parquet,
+)
+
+logger = logging.getLogger("raysearch.tracking")
+
+
+def finalize_sweep(client: MlflowClient, parent_run_id: str, *, tolerance: float,
+                   ece_key: str = "val_ece", accuracy_key: str = "val_accuracy",
+                   status: str = "FINISHED", selection: str = "mean") -> pd.DataFrame:
+    """Select the winner and attach ``pareto.png``, ``trials.parquet``, ``best_config.yaml``.
+
+    The selection rule (lowest validation ECE within `tolerance` of the best validation
+    accuracy) runs over the trials that ran all their epochs; failed and early-stopped trials
+    stay in the table with ``on_front = selected = False``. In a repeated sweep the rows are
+    its configuration runs (summarised here if a seed ended after the live summary), the rule
+    applies to their means (`selection` ``mean``) or to mean + SEM of ECE (``robust``),
+    ``pareto.png`` draws ±1 SEM error bars, and ``seeds.parquet`` holds the seed runs.
+
+    Returns:
+        The trials table with ``on_front`` and ``selected`` columns.
+    """
+    parent = client.get_run(parent_run_id)
+    sweep_name = parent.data.tags.get(SWEEP_TAG, "")
+    runs = sweep_runs(client, parent.info.experiment_id, parent_run_id)
+    for run in runs:
+        if run.info.status == "RUNNING" and run.data.tags.get(TRIAL_TAG):
+            # trials the sweep left behind (interrupted, or lost with a killed driver): KILLED,
+            # and `sweep --resume` sets them RUNNING again when it continues them
+            client.set_tag(run.info.run_id, OUTCOME_TAG, "interrupted")
+            client.set_tag(run.info.run_id, ERROR_TAG, "the sweep ended while this trial ran; "
+                           f"`raysearch sweep --resume {sweep_name}` continues it")
+            client.set_terminated(run.info.run_id, "KILLED")
+    repeated = [r for r in runs if r.data.tags.get(REPEATS_TAG)
+                and not r.data.tags.get(TRIAL_TAG)]
+    for run in repeated:
+        if run.info.status != "FINISHED" or _ended_after(client, run, runs):
+            summarize_configuration(client, parent.info.experiment_id, run.info.run_id)
+    frame = sweep_trials(client, parent)
+    if frame.empty:
+        client.set_terminated(parent_run_id, status)
+        return frame
+    try:
+        frame = annotate_selection(frame, tolerance=tolerance, accuracy_key=accuracy_key,
+                                   ece_key=ece_key, selection=selection)
+    except ValueError as exc:  # robust without SEM (a single complete seed per configuration)
+        logger.warning("%s; selecting on means", exc)
+        frame = annotate_selection(frame, tolerance=tolerance, accuracy_key=accuracy_key,
+                                   ece_key=ece_key)
+    with tempfile.TemporaryDirectory() as d:
+        write_parquet(frame, Path(d) / "trials.parquet")
+        client.log_artifact(parent_run_id, str(Path(d) / "trials.parquet"))
+        if repeated:
+            seeds = seed_trials(client, parent)
+            if not seeds.empty:
+                write_parquet(seeds, Path(d) / "seeds.parquet")
+                client.log_artifact(parent_run_id, str(Path(d) / "seeds.parquet"))
+        shown = frame[frame["complete"] & frame[accuracy_key].notna()] \
+            if accuracy_key in frame else frame.iloc[0:0]
+        if not shown.empty:
+            sel = [i for i, s in enumerate(shown["selected"]) if s]
+            bars = {}
+            if accuracy_key + "_sem" in shown and ece_key + "_sem" in shown:
+                bars = {"accuracy_sem": shown[accuracy_key + "_sem"],
+                        "ece_sem": shown[ece_key + "_sem"]}
+            plots.pareto_plot(shown[accuracy_key], shown[ece_key], shown["on_front"],
+                              Path(d) / "pareto.png", selected=sel[0] if sel else None,
+                              groups=(list(shown["method"].astype(str))
+                                      if "method" in shown else None),
+                              title=f"sweep {sweep_name}" + (
+                                  f" (mean ± SEM over {parent.data.params.get('repeats')} seeds)"
+                                  if bars else ""),
+                              ece_label="validation " + (
+                                  "ECE" if ece_key == "val_ece" else ece_key[len("val_"):]),
+                              **bars)
+            client.log_artifact(parent_run_id, str(Path(d) / "pareto.png"))
+        if frame["selected"].any():
+            best = frame[frame["selected"]].iloc[0]
+            export = best_config_document(best, parent)
+            (Path(d) / "best_config.yaml").write_text(yaml.safe_dump(export, sort_keys=False))
+            client.log_artifact(parent_run_id, str(Path(d) / "best_config.yaml"))
+            metrics = {f"best_{k}": float(best[k]) for k in best.index
+                       if isinstance(k, str) and k.startswith(("val_", "test_"))
+                       and isinstance(best[k], (int, float)) and math.isfinite(best[k])}
+            log_metrics(client, parent_run_id, metrics, step=0)
+            client.set_tag(parent_run_id, "raysearch.selected_run", best["run_id"])
+    client.set_tag(parent_run_id, "raysearch.trials_complete", str(int(frame["complete"].sum())))
+    client.set_terminated(parent_run_id, status)
+    return frame
+
+
+def _ended_after(client: MlflowClient, config_run: Any, runs: list[Any]) -> bool:
+    """True when a seed run of `config_run` ended after the configuration was summarised."""
+    done = config_run.info.end_time or 0
+    return any(r.data.tags.get(PARENT_TAG) == config_run.info.run_id
+               and (r.info.end_time or 0) > done for r in runs)
+
+
+def best_config_document(best: pd.Series, parent: Any) -> dict[str, Any]:
+    """The exported document: ``config``, where it came from, and what it needs.
+
+    ``config`` is a RunConfig mapping; ``requires`` is :func:`requirements`.
+    """
+    config = json.loads(best["config"])
+    metrics = {k: float(best[k]) for k in best.index if isinstance(k, str)
+               and k.startswith(("val_", "test_")) and isinstance(best[k], (int, float))
+               and math.isfinite(best[k])}
+    return {
+        "config": config,
+        "sweep": parent.data.tags.get(SWEEP_TAG, ""),
+        "trial": best["trial"],
+        "run_id": best["run_id"],
+        "selection": parent.data.params.get("selection_rule", ""),
+        "metrics": dict(sorted(metrics.items())),
+        **({"metric_functions": parent.data.params["metrics"].split(",")}
+           if parent.data.params.get("metrics") else {}),
+        "requires": requirements(config, parent.data.params.get("metrics", "")),
+    }
+
+
+def requirements(config: dict[str, Any], metrics: str = "") -> dict[str, Any]:
+    """What a config needs to train again: versions and the user's code behind its names.
+
+    Returns:
+        ``{"python": ..., "raysearch": ..., "torch": ..., "imports": [import strings of the
+        loss, model, dataset, optimizer and metrics], "packages": {top-level package: its
+        version}}``; a package without a version (not installed, no ``__version__``) is
+        listed as ``"unversioned"``.
+    """
+    import platform
+    import sys
+
+    from raysearch import __version__
+    from raysearch.registry import is_import_string
+
+    try:
+        import torch
+
+        torch_version = str(torch.__version__)
+    except ImportError:  # pragma: no cover (torch is a dependency)
+        torch_version = "absent"
+    names = []
+    if isinstance(config.get("loss"), dict):
+        names = [config[s].get("name") for s in ("loss", "model", "data", "optimizer")
+                 if isinstance(config.get(s), dict)]
+    else:  # the flat layout of earlier versions
+        names = [config.get(k) for k in ("method", "model", "dataset", "optimizer")]
+    names += [m for m in str(metrics).split(",") if m]
+    imports = [n for n in names if is_import_string(n)]
+    packages = _plugin_packages(config, names)
+    for name in imports:
+        top = name.split(":", 1)[0].split(".", 1)[0]
+        if top in ("__main__", "raysearch") or top in sys.stdlib_module_names:
+            continue
+        packages[top] = _package_version(top)
+    return {"python": platform.python_version(), "raysearch": __version__,
+            "torch": torch_version, "imports": imports, "packages": packages}
+
+
+def _plugin_packages(config: dict[str, Any], names: list[Any]) -> dict[str, str]:
+    """``{distribution: version}`` of the installed plug-ins behind a config's short names."""
+    from raysearch.registries import registry
+    from raysearch.registry import BUILT_IN, is_import_string
+
+    kinds = {"loss": "losses", "model": "models", "data": "datasets", "optimizer": "optimizers"}
+    pairs = [(kinds[s], config[s].get("name")) for s in kinds
+             if isinstance(config.get(s), dict)]
+    pairs += [("metrics", n) for n in names[len(pairs):]]
+    out = {}
+    for kind, name in pairs:
+        if not isinstance(name, str) or is_import_string(name):
+            continue
+        try:
+            source = registry(kind).source(name)
+        except Exception:  # noqa: BLE001 (a registry that cannot be read here: nothing known)
+            continue
+        if source not in (BUILT_IN, "unknown") and " " in source:
+            dist, version = source.rsplit(" ", 1)
+            out[dist] = version
+    return out
+
+
+def _package_version(top: str) -> str:
+    """The installed distribution's version of a top-level package, else its __version__."""
+    import importlib
+    import importlib.metadata
+
+    from raysearch.registry import ensure_cwd_on_path
+
+    ensure_cwd_on_path()
+    for dist in importlib.metadata.packages_distributions().get(top, []):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    try:
+        return str(getattr(importlib.import_module(top), "__version__", "unversioned"))
+    except Exception:  # noqa: BLE001 (not importable here: the export still records it)
+        return "unversioned"
+
+
+def check_export_versions(doc: Any, say: Callable[[str], None]) -> None:
+    """Say (one line each) where this environment differs from an export's ``requires``."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("requires"), dict):
+        return
+    wanted = doc["requires"]
+    here = requirements(doc.get("config") or {}, ",".join(
+        m for m in wanted.get("imports", []) if m not in _config_names(doc.get("config"))))
+    for key in ("raysearch", "torch"):
+        if wanted.get(key) and wanted[key] != here[key]:
+            say(f"note: exported with {key} {wanted[key]}, this is {here[key]}: numbers may "
+                "differ")
+    for package, version in (wanted.get("packages") or {}).items():
+        mine = here["packages"].get(package, _package_version(package))
+        if version != mine:
+            say(f"note: exported with {package} {version}, this is {mine}")
+
+
+def _config_names(config: Any) -> set[str]:
+    if not isinstance(config, dict):
+        return set()
+    return {str(v.get("name")) for v in config.values() if isinstance(v, dict)}
