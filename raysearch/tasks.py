@@ -39,6 +39,13 @@ from raysearch.loop import (
     predict_source,
 )
 from raysearch.metrics import CALIBRATED_KEYS, DENSE_KEYS, ESTIMATOR_KEYS, SUMMARY_KEYS, TABLE_KEYS
+from raysearch.records import (
+    CLASS_IOU,
+    CONFIDENCE_PLOT,
+    LOGITS_FILE,
+    SHIFT_PLOT,
+    SHIFT_TABLE,
+)
 
 if TYPE_CHECKING:
     from raysearch.config import RunConfig
@@ -55,15 +62,8 @@ _DENSE_TS_KEYS = SUMMARY_KEYS
 #: nor the estimators log: ``ece_100``, ``overconfidence``, ``underconfidence``, ...
 _TABLE_EXTRA_KEYS = tuple(k for k in TABLE_KEYS if k not in (*SUMMARY_KEYS, *ESTIMATOR_KEYS))
 
-#: Parquet file (in the final checkpoint and the MLflow run) with val/test logits and labels.
-LOGITS_FILE = "logits.parquet"
-#: Dataset-shift results (``--shift-eval`` or ``--shift-data``): a table and a plot.
-SHIFT_TABLE = "shift.csv"
-SHIFT_PLOT = "shift.png"
-#: Segmentation trials: per-class IoU (validation and test) and the confidence maps of a few
-#: validation images (image | ground truth | prediction | confidence, as MbLS Fig. 3).
-CLASS_IOU = "class_iou.csv"
-CONFIDENCE_PLOT = "confidence_maps.png"
+# the files a trial writes (LOGITS_FILE, SHIFT_TABLE, SHIFT_PLOT, CLASS_IOU, CONFIDENCE_PLOT)
+# are named in raysearch.records, which the tracking reads too
 
 MetricFn = Callable[[np.ndarray, np.ndarray], float]
 

@@ -34,6 +34,16 @@ import torch
 from ray import tune
 
 from raysearch.config import RunConfig
+
+# the keys of the reports and the checkpoint's files, shared with the tracking
+from raysearch.records import ARTIFACT_FILES as ARTIFACT_FILES
+from raysearch.records import COMPLETED as COMPLETED
+from raysearch.records import DIVERGED as DIVERGED
+from raysearch.records import EPOCH_HISTORY as EPOCH_HISTORY
+from raysearch.records import NODE_ID as NODE_ID
+from raysearch.records import RELIABILITY as RELIABILITY
+from raysearch.records import RELIABILITY_PLOT as RELIABILITY_PLOT
+from raysearch.records import RESUMED_FROM as RESUMED_FROM
 from raysearch.registries import metric_functions
 from raysearch.spaces import SearchSpace
 from raysearch.tasks import (  # noqa: F401 (file names re-exported for the tracking callback)
@@ -46,26 +56,6 @@ from raysearch.tasks import (  # noqa: F401 (file names re-exported for the trac
 )
 from raysearch.training import DivergedError, fit, load_run_data
 
-#: Result key set to True in the last report of a trial that ran all its epochs.
-COMPLETED = "completed"
-#: Result key holding the error message of a trial whose training loss became NaN/inf.
-DIVERGED = "diverged"
-#: Result key holding the test reliability-diagram bins (lists) in the last report.
-RELIABILITY = "test_reliability"
-#: Reliability diagram of the test set, drawn by the trial, in its final checkpoint.
-RELIABILITY_PLOT = "reliability.png"
-#: Files of the final checkpoint that the tracking callback attaches to the trial's run.
-ARTIFACT_FILES = (LOGITS_FILE, RELIABILITY_PLOT, SHIFT_TABLE, SHIFT_PLOT, CLASS_IOU,
-                  CONFIDENCE_PLOT)
-#: Result key holding the ID of the Ray node that trained (rank 0's node in a DDP trial).
-NODE_ID = "node_id"
-#: Result key, in every report of an attempt that resumed from a checkpoint: the epoch of that
-#: checkpoint (the attempt trains from the next epoch on).
-RESUMED_FROM = "resumed_from_epoch"
-#: Result key: the epochs trained since the previous report and not reported on their own, a
-#: list of ``{"epoch": e, "train_...": ..., "val_...": ...}`` (the tracking callback logs each at
-#: ``step=e``). A report's own epoch is its top-level ``epoch`` and metrics.
-EPOCH_HISTORY = "epoch_history"
 #: Default checkpoint cadence (``checkpoint_every=None``): a checkpoint once this many seconds
 #: of training passed since the last one. A retried trial loses at most that much work, and a
 #: checkpoint (a state dict written, persisted to the storage path, and Tune's experiment

@@ -30,7 +30,7 @@ LAYERS = {
     "science": ("losses", "calibration", "metrics", "posthoc", "reproduce", "shift",
                 "selection", "repeats"),
     "training": ("training", "loop", "tasks", "data", "models", "optim", "registries", "dense",
-                 "plots"),
+                 "plots", "records"),
     "tracking": ("tracking", "ui", "runs"),
     "tune": ("sweep_engine", "prepare", "trainable", "searchers", "posthoc_sweep", "spaces",
              "recipes", "storage"),
@@ -41,8 +41,6 @@ OVERRIDES = {"raysearch.config.sweep": "tune"}
 #: (importing module's top name, imported module's top name): why it is allowed for now.
 KNOWN_UPWARD = {
     ("config", "config"): "raysearch.config re-exports SweepSettings (config.sweep, tune layer)",
-    ("tracking", "spaces"): "tracking logs a trial's sampled parameters through SearchSpace",
-    ("tracking", "trainable"): "the trial status and artifact names are defined by the trainable",
 }
 
 

@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from raysearch.config import RunConfig
+from raysearch.records import CONFIG_ID_KEY, SEED_INDEX_KEY
 from raysearch.spaces.specs import SpaceError, _bundled_dir, _Spec, _spec_doc
 
 if TYPE_CHECKING:
@@ -30,10 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = ["CONFIG_ID_KEY", "SEED_INDEX_KEY", "SearchSpace"]
 
-#: Trial-config keys of a repeated sweep (``--repeats``): the configuration a trial is a seed
-#: of, and which seed (0-based; the trial trains with ``seed + index`` on the split of ``seed``).
-CONFIG_ID_KEY = "_config_id"
-SEED_INDEX_KEY = "_seed_index"
+# CONFIG_ID_KEY, SEED_INDEX_KEY: the trial-config keys of a repeated sweep (``--repeats``), the
+# configuration a trial is a seed of and which seed (raysearch.records; imported above)
 
 
 @dataclass(frozen=True, eq=False)

@@ -46,6 +46,18 @@ from ray import tune
 
 from raysearch import plots
 from raysearch.config import SELECTIONS, RunConfig
+from raysearch.records import (
+    ARTIFACT_FILES,
+    COMPLETED,
+    CONFIG_ID_KEY,
+    DIVERGED,
+    EPOCH_HISTORY,
+    LOGITS_FILE,
+    RELIABILITY,
+    RELIABILITY_PLOT,
+    RESUMED_FROM,
+    SEED_INDEX_KEY,
+)
 from raysearch.runs import (
     COMPLETE_TAG,
     CONFIG_TAG,
@@ -73,7 +85,6 @@ from raysearch.runs import (
     resolve_tracking_uri,
 )
 from raysearch.selection import selection_table
-from raysearch.spaces import CONFIG_ID_KEY, SEED_INDEX_KEY, SearchSpace
 from raysearch.tracking.book import _BOOKS as _BOOKS
 from raysearch.tracking.book import _BOOKS_LOCK as _BOOKS_LOCK
 from raysearch.tracking.book import _book_for as _book_for
@@ -122,15 +133,5 @@ from raysearch.tracking.sweeps import trial_outputs as trial_outputs
 from raysearch.tracking.sweeps import write_parquet as write_parquet
 from raysearch.tracking.train import log_calibration_run as log_calibration_run
 from raysearch.tracking.train import train_and_log as train_and_log
-from raysearch.trainable import (
-    ARTIFACT_FILES,
-    COMPLETED,
-    DIVERGED,
-    EPOCH_HISTORY,
-    LOGITS_FILE,
-    RELIABILITY,
-    RELIABILITY_PLOT,
-    RESUMED_FROM,
-)
 
 logger = logging.getLogger(__name__)

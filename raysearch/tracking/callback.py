@@ -25,6 +25,17 @@ import pandas as pd
 from mlflow.tracking import MlflowClient
 from ray import tune
 
+from raysearch.records import (
+    ARTIFACT_FILES,
+    COMPLETED,
+    CONFIG_ID_KEY,
+    DIVERGED,
+    EPOCH_HISTORY,
+    RELIABILITY,
+    RELIABILITY_PLOT,
+    RESUMED_FROM,
+    SEED_INDEX_KEY,
+)
 from raysearch.runs import (
     COMPLETE_TAG,
     CONFIG_TAG,
@@ -42,7 +53,6 @@ from raysearch.runs import (
     SWEEP_TAG,
     TRIAL_TAG,
 )
-from raysearch.spaces import CONFIG_ID_KEY, SEED_INDEX_KEY, SearchSpace
 from raysearch.tracking.book import _BOOKS, _BOOKS_LOCK, _book_for, _SweepBook
 from raysearch.tracking.client import (
     _numeric_metrics,
@@ -56,15 +66,6 @@ from raysearch.tracking.client import (
 )
 from raysearch.tracking.export import finalize_sweep
 from raysearch.tracking.sweeps import summarize_configuration, sweep_runs
-from raysearch.trainable import (
-    ARTIFACT_FILES,
-    COMPLETED,
-    DIVERGED,
-    EPOCH_HISTORY,
-    RELIABILITY,
-    RELIABILITY_PLOT,
-    RESUMED_FROM,
-)
 
 logger = logging.getLogger("raysearch.tracking")
 
@@ -125,7 +126,7 @@ class MlflowSweepCallback(tune.Callback):
     requires_completed = True
 
     def __init__(self, client: MlflowClient, experiment_id: str, parent_run_id: str,
-                 sweep_name: str, space: SearchSpace, overrides: dict[str, Any],
+                 sweep_name: str, space: Any, overrides: dict[str, Any],
                  progress: Callable[[str], None] | None = None, total: int | None = None,
                  max_failures: int = 0, dataset: dict[str, Any] | None = None,
                  repeats: int = 1):
@@ -616,7 +617,7 @@ class SweepCallback(MlflowSweepCallback):
 
     requires_completed = False
 
-    def __init__(self, name: str | None = None, *, space: SearchSpace | None = None,
+    def __init__(self, name: str | None = None, *, space: Any = None,
                  experiment: str = DEFAULT_EXPERIMENT, tracking_uri: str | None = None,
                  accuracy: str = "val_accuracy", ece: str = "val_ece",
                  tolerance: float = 0.01,

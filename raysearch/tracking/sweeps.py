@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from mlflow.tracking import MlflowClient
 
 from raysearch.config import SELECTIONS
+from raysearch.records import LOGITS_FILE
 from raysearch.runs import (
     COMPLETE_TAG,
     CONFIG_TAG,
@@ -37,7 +38,6 @@ from raysearch.runs import (
 )
 from raysearch.selection import selection_table
 from raysearch.tracking.client import log_epochs
-from raysearch.trainable import LOGITS_FILE
 
 
 def _coerce(value: str) -> Any:
