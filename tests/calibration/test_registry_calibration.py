@@ -228,14 +228,16 @@ class TestRealData:
     @pytest.mark.parametrize("classwise", [False, True])
     @pytest.mark.parametrize("name", NAMES)
     def test_every_calibrator_improves(self, split, name, classwise):
-        if classwise and name in ("dirichlet", "ts_hb_ece"):
-            # about 20 s each on two cores; the wrapper runs them in tests/calibration/
-            # test_classwise.py (ts_hb_ece's piecewise-constant ECE need not settle)
-            pytest.skip("slow with class-wise scaling on 5k samples")
         cal_z, cal_y, test_z, test_y = split
+        if classwise and name in ("dirichlet", "ts_hb_ece"):
+            # their class-wise rounds refit the whole calibrator (about 20 s each on two cores
+            # with 5k samples): fit on every 2nd calibration sample, still measured on all test
+            cal_z, cal_y = cal_z[::2], cal_y[::2]
         before_p = softmax(test_z)
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # no bound hit, no unsettled weights on real data
+            if classwise and name == "ts_hb_ece":  # a piecewise-constant ECE need not settle
+                warnings.filterwarnings("ignore", message=".*did not settle.*")
             cal = fit_calibrator(name, cal_z, cal_y, classwise_scaling=classwise)
         probs = cal.predict_proba(test_z)
         assert nll(probs, test_y) < nll(before_p, test_y) - 0.05  # 0.370 before
