@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from raysearch.config import SweepSettings
+from raysearch.config import SweepSettings, _plain
 from raysearch.prepare import prepare_data
 from raysearch.recipes import sweep_dataset, with_recipe
 from raysearch.spaces import SearchSpace, load_space
@@ -29,21 +29,6 @@ def _mark(low: Any, high: Any) -> Any:
     if isinstance(low, Mapping) and isinstance(high, Mapping):
         return {k: _mark(v, high.get(k)) for k, v in low.items()}
     return low if low == high else SEARCHED
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        try:
-            return value.item()
-        except (TypeError, ValueError):
-            return str(value)
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
 
 
 def plan_sweep(space: str | SearchSpace, settings: SweepSettings, *,

@@ -38,13 +38,13 @@ whose ``datasets`` name the sweep's dataset, else one whose ``baselines`` do
 from __future__ import annotations
 
 import difflib
-import importlib.resources
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from raysearch.spaces import SpaceError, _read_yaml, _Spec, training_specs
+from raysearch.spaces import SpaceError, _read_yaml, _Spec, _spec_doc, training_specs
+from raysearch.spaces.specs import bundled_folder
 
 if TYPE_CHECKING:
     from raysearch.config import SweepSettings
@@ -107,8 +107,6 @@ class Recipe:
 
     def values(self) -> dict[str, Any]:
         """The training values: a fixed value as itself, a range as its spec mapping."""
-        from raysearch.spaces import _spec_doc
-
         return {k: (s.value if not s.sampled else _spec_doc(s)) for k, s in self.train.items()}
 
     def text(self) -> str:
@@ -117,13 +115,7 @@ class Recipe:
 
 
 def _bundled_dir() -> Path:
-    try:
-        root = importlib.resources.files("raysearch.recipe_files")
-    except ModuleNotFoundError:
-        import raysearch
-
-        return Path(raysearch.__file__).resolve().parent.parent / "recipes"
-    return root if isinstance(root, Path) else Path(str(root))
+    return bundled_folder("raysearch.recipe_files", "recipes")
 
 
 def available_recipes() -> list[str]:

@@ -108,14 +108,23 @@ def _read_yaml(path: Path, label: str) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
-def _bundled_dir() -> Path:
+def bundled_folder(package: str, folder: str) -> Path:
+    """The folder of YAML files shipped as `package` (the repository's `folder` in a checkout).
+
+    The wheel installs ``search_spaces/`` as ``raysearch.search_spaces`` and ``recipes/`` as
+    ``raysearch.recipe_files``; an editable install without that mapping reads the repository.
+    """
     try:
-        root = importlib.resources.files("raysearch.search_spaces")
+        root = importlib.resources.files(package)
     except ModuleNotFoundError:
         import raysearch
 
-        return Path(raysearch.__file__).resolve().parent.parent / "search_spaces"
+        return Path(raysearch.__file__).resolve().parent.parent / folder
     return root if isinstance(root, Path) else Path(str(root))
+
+
+def _bundled_dir() -> Path:
+    return bundled_folder("raysearch.search_spaces", "search_spaces")
 
 
 # --------------------------------------------------------------------------------------------
