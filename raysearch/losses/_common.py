@@ -10,13 +10,15 @@ value a class in [0, K) or ``ignore_index`` (an int, ``-100`` by default as in
 ``torch.nn.CrossEntropyLoss``). A location whose target equals ``ignore_index`` counts nowhere:
 :func:`flatten_inputs` removes its row, so every mean and batch statistic runs over the M kept
 rows only (as the MbLS code does: ``logits[targets != ignore_index]``). When no row is kept, a
-loss returns :func:`zero_loss`.
+loss returns :func:`zero_loss`. :class:`FlatLoss` and :class:`TermsLoss` are the base classes
+that do this once for every loss and document the shared ``ignore_index``, shapes and errors.
 """
 
 import math
 import numbers
 
 import torch
+from torch import nn
 
 #: Floating-point dtypes that the losses compute in float32 (their gradient flows back unchanged).
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -117,6 +119,12 @@ def validate_ignore_index(value: object) -> int:
     return int(value)
 
 
+def check_tensor(name: str, value: object) -> None:
+    """Raise TypeError "`name` must be a torch.Tensor, got <type>" unless ``value`` is a tensor."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"`{name}` must be a torch.Tensor, got {type(value).__name__}")
+
+
 def reshape_inputs(
     logits: torch.Tensor, targets: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -144,10 +152,8 @@ def reshape_inputs(
         ValueError: if ``logits`` has fewer than 2 dimensions, no sample or no class, or the shape
             of ``targets`` is not ``logits.shape[:1] + logits.shape[2:]`` (both shapes quoted).
     """
-    if not isinstance(logits, torch.Tensor):
-        raise TypeError(f"`logits` must be a torch.Tensor, got {type(logits).__name__}")
-    if not isinstance(targets, torch.Tensor):
-        raise TypeError(f"`targets` must be a torch.Tensor, got {type(targets).__name__}")
+    check_tensor("logits", logits)
+    check_tensor("targets", targets)
     if not logits.is_floating_point():
         raise TypeError(f"`logits` must be a floating-point tensor, got dtype {logits.dtype}")
     if targets.dtype != torch.int64:
@@ -268,3 +274,124 @@ def target_log_probs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tenso
         Tensor of shape (M,): ``log p_t = z_t - log sum_k exp(z_k)``.
     """
     return torch.log_softmax(logits, dim=1).gather(1, targets.unsqueeze(1)).squeeze(1)
+
+
+class FlatLoss(nn.Module):
+    """Base class of a loss computed on the kept rows of :func:`flatten_inputs`.
+
+    :meth:`forward` checks and flattens the inputs, returns :func:`zero_loss` when every target
+    is ignored and otherwise the subclass's ``_rows_loss`` of the (M, K) kept rows. The
+    subclasses' docstrings refer here for ``ignore_index``, the shapes and the input errors.
+
+    Args:
+        ignore_index (int, optional): keyword-only; target value of the locations that count
+            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
+            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
+
+    Shape:
+        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
+        or ``ignore_index``. Every location of (N, K, *) logits counts as one sample.
+
+    Raises:
+        TypeError: if ``ignore_index`` is not an int; in ``forward``, if ``logits`` is not
+            floating point or ``targets`` not int64.
+        ValueError: in ``forward``, if the shapes do not match (both shapes quoted) or a
+            target is neither in [0, K) nor ``ignore_index``.
+    """
+
+    #: The attributes that ``repr`` shows, in order (``name=repr(value)``).
+    repr_names: tuple[str, ...] = ("ignore_index",)
+
+    def __init__(self, *, ignore_index: int = DEFAULT_IGNORE_INDEX) -> None:
+        super().__init__()
+        self.ignore_index = validate_ignore_index(ignore_index)
+
+    def extra_repr(self) -> str:
+        """Return the hyperparameters shown by ``repr`` (those named in ``repr_names``)."""
+        return ", ".join(f"{name}={getattr(self, name)!r}" for name in self.repr_names)
+
+    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Compute the loss of the batch.
+
+        Args:
+            logits: unnormalised scores, (N, K) or (N, K, *) float.
+            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
+
+        Returns:
+            Scalar tensor (as the subclass's docstring says; 0 when every target is ignored).
+
+        Raises:
+            TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
+            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
+                neither in [0, K) nor ``ignore_index``.
+        """
+        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
+        if logits.shape[0] == 0:
+            return zero_loss(logits)
+        return self._rows_loss(logits, targets)
+
+    def _rows_loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The loss of M >= 1 kept rows: logits (M, K), targets (M,) in [0, K)."""
+        raise NotImplementedError
+
+
+class TermsLoss(FlatLoss):
+    """Base class of a loss made of named parts: :meth:`terms` for logging, their total.
+
+    :meth:`terms` checks and flattens the inputs, runs ``_check_rows`` (a subclass's condition
+    on K), gives every part named in ``term_names`` as :func:`zero_loss` when every target is
+    ignored and otherwise the subclass's ``_rows_terms``; :meth:`forward` is ``_total`` of the
+    parts (their sum unless a subclass says otherwise). ``ignore_index``, shapes and errors:
+    as :class:`FlatLoss`.
+    """
+
+    #: The names of the parts returned by :meth:`terms`, in order.
+    term_names: tuple[str, ...] = ()
+
+    def terms(self, logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Compute the parts of the objective, for logging.
+
+        Args:
+            logits: unnormalised scores, (N, K) or (N, K, *) float.
+            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
+
+        Returns:
+            ``{name: scalar tensor}`` for every name of ``term_names`` (what each part is: the
+            subclass's docstring), attached to the graph; :meth:`forward` combines them.
+
+        Raises:
+            TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
+            ValueError: if the shape of ``targets`` does not match ``logits``, a target is
+                neither in [0, K) nor ``ignore_index``, or a subclass's requirement on K fails.
+        """
+        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
+        self._check_rows(logits)
+        if logits.shape[0] == 0:
+            return dict.fromkeys(self.term_names, zero_loss(logits))
+        return self._rows_terms(logits, targets)
+
+    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Compute the total objective (the parts of :meth:`terms` combined).
+
+        Args:
+            logits: unnormalised scores, (N, K) or (N, K, *) float.
+            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
+
+        Returns:
+            Scalar tensor (as the subclass's docstring says).
+
+        Raises:
+            TypeError, ValueError: as :meth:`terms`.
+        """
+        return self._total(self.terms(logits, targets))
+
+    def _check_rows(self, logits: torch.Tensor) -> None:
+        """Raise ValueError where the (M, K) kept logits do not suit the loss (default: none)."""
+
+    def _rows_terms(self, logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The parts of M >= 1 kept rows: logits (M, K), targets (M,) in [0, K)."""
+        raise NotImplementedError
+
+    def _total(self, parts: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The objective from its parts: their sum."""
+        return sum(parts.values())

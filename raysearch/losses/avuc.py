@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from raysearch.losses._common import DEFAULT_IGNORE_INDEX, flatten_inputs, zero_loss
+from raysearch.losses._common import DEFAULT_IGNORE_INDEX
 from raysearch.losses.secondary import (
     CALTRAIN_EPS,
     OFFICIAL,
@@ -162,23 +162,14 @@ class SoftAvUC(SecondaryObjective):
         arXiv:2012.07923.
 
     Args:
-        beta (float, optional): weight of S-AvUC, finite, >= 0. Defaults to ``1.0``.
-        primary (str or None, optional): ``"ce"``, ``"focal"``, ``"mse"`` or None. Defaults to
-            ``"ce"``.
-        primary_params (dict or None, optional): parameters of the primary. Defaults to None.
+        beta, primary, primary_params, ignore_index: as
+            :class:`~raysearch.losses.secondary.SecondaryObjective` (``beta`` weighs S-AvUC).
         kappa (float, optional): soft entropy threshold on the normalised entropy, in (0, 1).
             Defaults to ``0.5``.
         temperature (float, optional): sharpness T > 0 of the soft threshold. Defaults to
             ``1.0`` (with ``kappa=0.5``, t is the identity).
         variant (str, optional): ``"official"`` (released code), ``"paper"`` (Eq. 15-16) or
             ``"caltrain"`` (= ``"official"``). Defaults to ``"official"``.
-        ignore_index (int, optional): keyword-only; target value of the locations that count
-            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
-            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
-
-    Shape:
-        logits: (N, K) or (N, K, *) float with K >= 2; targets: (N,) or (N, *) int64 with values
-        in [0, K) or ``ignore_index``.
 
     Returns:
         Scalar tensor: PL (batch mean) + beta * S-AvUC of the batch.
@@ -189,6 +180,8 @@ class SoftAvUC(SecondaryObjective):
             ``variant`` is unknown or ``primary`` / ``primary_params`` is invalid; in
             ``forward``, if K < 2 (the entropy is normalised by log K).
     """
+
+    repr_names = (*SecondaryObjective.repr_names, "kappa", "temperature", "variant")
 
     def __init__(
         self,
@@ -201,44 +194,22 @@ class SoftAvUC(SecondaryObjective):
         *,
         ignore_index: int = DEFAULT_IGNORE_INDEX,
     ) -> None:
-        super().__init__(
-            beta=beta, primary=primary, primary_params=primary_params, ignore_index=ignore_index
-        )
+        super().__init__(beta, primary, primary_params, ignore_index=ignore_index)
         self.kappa = _open_unit("kappa", kappa)
         self.temperature = _positive("temperature", temperature)
         self.variant = _canonical_variant(variant, AVUC_VARIANTS)
 
-    def extra_repr(self) -> str:
-        """Return the hyperparameters shown by ``repr``."""
-        return (
-            f"{self._primary_repr()}, kappa={self.kappa}, temperature={self.temperature}, "
-            f"variant={self.variant!r}"
-        )
-
-    def secondary(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Compute S-AvUC of the batch (Eq. 15).
-
-        Args:
-            logits: unnormalised scores, (N, K) or (N, K, *) float, K >= 2.
-            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
-
-        Returns:
-            Scalar tensor.
-
-        Raises:
-            TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``, a target is
-                neither in [0, K) nor ``ignore_index``, or K < 2.
-        """
-        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
-        num_classes = logits.shape[1]
-        if num_classes < 2:
+    def _check_secondary_rows(self, logits: torch.Tensor) -> None:
+        """Raise ValueError if K < 2 (S-AvUC normalises the entropy by log K)."""
+        if logits.shape[1] < 2:
             raise ValueError(
                 f"S-AvUC needs K >= 2 classes (it normalises the entropy by log K), got logits "
                 f"of shape {tuple(logits.shape)}"
             )
-        if logits.shape[0] == 0:
-            return zero_loss(logits)
+
+    def _rows_secondary(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """S-AvUC (Eq. 15) of the (M, K) kept rows, K >= 2."""
+        num_classes = logits.shape[1]
         probs, _, accuracy = _confidence_and_accuracy(logits, targets)
         if self.variant == OFFICIAL:
             entropy = _smoothed_entropy(probs)
@@ -293,21 +264,12 @@ class AvUC(SecondaryObjective):
         ``experimental/caltrain/secondary_losses.py``.
 
     Args:
-        beta (float, optional): weight of AvUC, finite, >= 0. Defaults to ``1.0``.
-        primary (str or None, optional): ``"ce"``, ``"focal"``, ``"mse"`` or None. Defaults to
-            ``"ce"``.
-        primary_params (dict or None, optional): parameters of the primary. Defaults to None.
+        beta, primary, primary_params, ignore_index: as
+            :class:`~raysearch.losses.secondary.SecondaryObjective` (``beta`` weighs AvUC).
         kappa (float, optional): entropy threshold in nats, finite, >= 0 (useful values lie in
             (0, log K)). Defaults to ``0.5``.
         variant (str, optional): ``"official"`` (released code), ``"paper"`` (Eq. 13-14) or
             ``"caltrain"`` (= ``"official"``). Defaults to ``"official"``.
-        ignore_index (int, optional): keyword-only; target value of the locations that count
-            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
-            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
-
-    Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
-        or ``ignore_index``.
 
     Returns:
         Scalar tensor: PL (batch mean) + beta * AvUC of the batch.
@@ -317,6 +279,8 @@ class AvUC(SecondaryObjective):
         ValueError: if ``beta`` < 0, ``kappa`` < 0 or infinite, ``variant`` is unknown or
             ``primary`` / ``primary_params`` is invalid.
     """
+
+    repr_names = (*SecondaryObjective.repr_names, "kappa", "variant")
 
     #: Whether the confidence factors c_i and 1 - c_i are detached (AvUC-GS).
     stop_confidence_gradient = False
@@ -331,34 +295,12 @@ class AvUC(SecondaryObjective):
         *,
         ignore_index: int = DEFAULT_IGNORE_INDEX,
     ) -> None:
-        super().__init__(
-            beta=beta, primary=primary, primary_params=primary_params, ignore_index=ignore_index
-        )
+        super().__init__(beta, primary, primary_params, ignore_index=ignore_index)
         self.kappa = _finite("kappa", kappa, minimum=0.0)
         self.variant = _canonical_variant(variant, AVUC_VARIANTS)
 
-    def extra_repr(self) -> str:
-        """Return the hyperparameters shown by ``repr``."""
-        return f"{self._primary_repr()}, kappa={self.kappa}, variant={self.variant!r}"
-
-    def secondary(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Compute AvUC of the batch (Eq. 13).
-
-        Args:
-            logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
-
-        Returns:
-            Scalar tensor.
-
-        Raises:
-            TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
-                neither in [0, K) nor ``ignore_index``.
-        """
-        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
-        if logits.shape[0] == 0:
-            return zero_loss(logits)
+    def _rows_secondary(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """AvUC of the (M, K) kept rows (Eq. 13)."""
         probs, confidence, accuracy = _confidence_and_accuracy(logits, targets)
         if self.stop_confidence_gradient:
             confidence = confidence.detach()
@@ -396,29 +338,9 @@ class AvUCGS(AvUC):
         Karandikar et al., "Soft Calibration Objectives for Neural Networks", NeurIPS 2021,
         arXiv:2108.00106, App. F.
 
-    Args:
-        beta (float, optional): weight of AvUC-GS, finite, >= 0. Defaults to ``1.0``.
-        primary (str or None, optional): ``"ce"``, ``"focal"``, ``"mse"`` or None. Defaults to
-            ``"ce"``.
-        primary_params (dict or None, optional): parameters of the primary. Defaults to None.
-        kappa (float, optional): entropy threshold in nats, finite, >= 0. Defaults to ``0.5``.
-        variant (str, optional): ``"official"`` (released code), ``"paper"`` (App. F) or
-            ``"caltrain"`` (= ``"official"``). Defaults to ``"official"``.
-        ignore_index (int, optional): keyword-only; target value of the locations that count
-            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
-            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
+    Args, returns and errors: as :class:`AvUC` (``beta`` weighs AvUC-GS; ``variant="paper"`` is
+    App. F as written).
 
-    Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
-        or ``ignore_index``.
-
-    Returns:
-        Scalar tensor: PL (batch mean) + beta * AvUC of the batch.
-
-    Raises:
-        TypeError: if a parameter has the wrong type.
-        ValueError: if ``beta`` < 0, ``kappa`` < 0 or infinite, ``variant`` is unknown or
-            ``primary`` / ``primary_params`` is invalid.
     """
 
     stop_confidence_gradient = True

@@ -7,19 +7,16 @@ its target class, ``p = softmax(z)`` and ``p_t`` the probability of the target.
 """
 
 import torch
-from torch import nn
 
 from raysearch.losses._common import (
     DEFAULT_IGNORE_INDEX,
-    flatten_inputs,
+    FlatLoss,
     target_log_probs,
-    validate_ignore_index,
     validate_number,
-    zero_loss,
 )
 
 
-class CrossEntropy(nn.Module):
+class CrossEntropy(FlatLoss):
     """Softmax cross-entropy (registry name ``ce``), the uncalibrated baseline.
 
     ``L = -(1/N) sum_i log p_{i, t_i}``, where ``log p_t = z_t - log sum_k exp(z_k)``; identical to
@@ -28,55 +25,19 @@ class CrossEntropy(nn.Module):
     there is nothing to choose between, so there is no ``variant``. (Mukhoti et al.'s code sums
     over the batch instead; see :class:`FocalLoss` on sum versus mean.)
 
-    Args:
-        ignore_index (int, optional): keyword-only; target value of the locations that count
-            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
-            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
-
-    Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
-        or ``ignore_index``.
-        Every location of (N, K, *) logits counts as one sample.
+    Args, shapes and errors: as :class:`~raysearch.losses._common.FlatLoss` (``ignore_index``
+    only).
 
     Returns:
         Scalar tensor: the batch mean.
-
-    Raises:
-        TypeError: in ``forward``, if ``logits`` is not floating point or ``targets`` not int64.
-        ValueError: in ``forward``, if the shapes do not match (both shapes quoted) or a
-            target is neither in [0, K) nor ``ignore_index``.
     """
 
-    def __init__(self, *, ignore_index: int = DEFAULT_IGNORE_INDEX) -> None:
-        super().__init__()
-        self.ignore_index = validate_ignore_index(ignore_index)
-
-    def extra_repr(self) -> str:
-        """Return the hyperparameters shown by ``repr``."""
-        return f"ignore_index={self.ignore_index}"
-
-    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Compute the mean cross-entropy.
-
-        Args:
-            logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
-
-        Returns:
-            Scalar tensor, mean over samples.
-
-        Raises:
-            TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
-                neither in [0, K) nor ``ignore_index``.
-        """
-        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
-        if logits.shape[0] == 0:
-            return zero_loss(logits)
+    def _rows_loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The mean cross-entropy of the (M, K) kept rows."""
         return -target_log_probs(logits, targets).mean()
 
 
-class LabelSmoothing(nn.Module):
+class LabelSmoothing(FlatLoss):
     """Cross-entropy with uniform label smoothing over all K classes (registry name ``ls``).
 
     The one-hot target q is replaced by (ACLS paper, Eq. 4; MbLS paper, Eq. 3)
@@ -114,13 +75,8 @@ class LabelSmoothing(nn.Module):
     Args:
         epsilon (float, optional): smoothing weight in [0, 1). ``epsilon=0`` is plain
             cross-entropy. Defaults to ``0.05``.
-        ignore_index (int, optional): keyword-only; target value of the locations that count
-            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
-            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
-
-    Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
-        or ``ignore_index``.
+        ignore_index (int, optional): keyword-only; as
+            :class:`~raysearch.losses._common.FlatLoss`, which gives the shapes.
 
     Returns:
         Scalar tensor: the batch mean.
@@ -130,42 +86,23 @@ class LabelSmoothing(nn.Module):
         ValueError: if ``epsilon`` is not in [0, 1).
     """
 
+    repr_names = ("epsilon", "ignore_index")
+
     def __init__(self, epsilon: float = 0.05, *, ignore_index: int = DEFAULT_IGNORE_INDEX) -> None:
-        super().__init__()
-        self.ignore_index = validate_ignore_index(ignore_index)
+        super().__init__(ignore_index=ignore_index)
         self.epsilon = validate_number(
             "epsilon", epsilon, minimum=0.0, maximum=1.0, maximum_inclusive=False
         )
 
-    def extra_repr(self) -> str:
-        """Return the hyperparameters shown by ``repr``."""
-        return f"epsilon={self.epsilon}, ignore_index={self.ignore_index}"
-
-    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Compute the mean label-smoothed cross-entropy.
-
-        Args:
-            logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
-
-        Returns:
-            Scalar tensor, mean over samples.
-
-        Raises:
-            TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
-                neither in [0, K) nor ``ignore_index``.
-        """
-        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
-        if logits.shape[0] == 0:
-            return zero_loss(logits)
+    def _rows_loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The mean label-smoothed cross-entropy of the (M, K) kept rows."""
         log_probs = torch.log_softmax(logits, dim=1)
         nll = -log_probs.gather(1, targets.unsqueeze(1)).squeeze(1)
         uniform = -log_probs.mean(dim=1)
         return ((1.0 - self.epsilon) * nll + self.epsilon * uniform).mean()
 
 
-class FocalLoss(nn.Module):
+class FocalLoss(FlatLoss):
     """Focal loss with a fixed focusing parameter (registry name ``focal``).
 
     ``L = (1/N) sum_i -(1 - p_{i, t_i})^gamma * log p_{i, t_i}``, the focal loss of Lin et al.
@@ -193,13 +130,8 @@ class FocalLoss(nn.Module):
     Args:
         gamma (float, optional): focusing parameter, >= 0. Defaults to ``3.0`` (the fixed-gamma
             setting of Mukhoti et al., FL-3, and of the MbLS/ACLS baselines).
-        ignore_index (int, optional): keyword-only; target value of the locations that count
-            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
-            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
-
-    Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
-        or ``ignore_index``.
+        ignore_index (int, optional): keyword-only; as
+            :class:`~raysearch.losses._common.FlatLoss`, which gives the shapes.
 
     Returns:
         Scalar tensor: the batch mean (not the sum of Mukhoti et al.'s code).
@@ -209,38 +141,19 @@ class FocalLoss(nn.Module):
         ValueError: if ``gamma`` < 0.
     """
 
+    repr_names = ("gamma", "ignore_index")
+
     def __init__(self, gamma: float = 3.0, *, ignore_index: int = DEFAULT_IGNORE_INDEX) -> None:
-        super().__init__()
-        self.ignore_index = validate_ignore_index(ignore_index)
+        super().__init__(ignore_index=ignore_index)
         self.gamma = validate_number("gamma", gamma, minimum=0.0)
 
-    def extra_repr(self) -> str:
-        """Return the hyperparameters shown by ``repr``."""
-        return f"gamma={self.gamma}, ignore_index={self.ignore_index}"
-
-    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Compute the mean focal loss.
-
-        Args:
-            logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
-
-        Returns:
-            Scalar tensor, mean over samples.
-
-        Raises:
-            TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
-                neither in [0, K) nor ``ignore_index``.
-        """
-        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
-        if logits.shape[0] == 0:
-            return zero_loss(logits)
+    def _rows_loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The mean focal loss of the (M, K) kept rows."""
         log_pt = target_log_probs(logits, targets)
         return -((-torch.expm1(log_pt)).pow(self.gamma) * log_pt).mean()
 
 
-class FocalLossSD(nn.Module):
+class FocalLossSD(FlatLoss):
     """Focal loss with sample-dependent gamma, FLSD-53 (registry name ``flsd``).
 
     ``L = (1/N) sum_i -(1 - p_{i, t_i})^{gamma_i} * log p_{i, t_i}`` with
@@ -274,13 +187,8 @@ class FocalLossSD(nn.Module):
         gamma_high (float, optional): gamma of samples with ``p_t < threshold``, >= 0. Defaults
             to ``5.0``.
         gamma_low (float, optional): gamma of the other samples, >= 0. Defaults to ``3.0``.
-        ignore_index (int, optional): keyword-only; target value of the locations that count
-            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
-            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
-
-    Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
-        or ``ignore_index``.
+        ignore_index (int, optional): keyword-only; as
+            :class:`~raysearch.losses._common.FlatLoss`, which gives the shapes.
 
     Returns:
         Scalar tensor: the batch mean.
@@ -290,6 +198,8 @@ class FocalLossSD(nn.Module):
         ValueError: if ``threshold`` is not in [0, 1] or ``gamma_high`` or ``gamma_low`` < 0.
     """
 
+    repr_names = ("threshold", "gamma_high", "gamma_low", "ignore_index")
+
     def __init__(
         self,
         threshold: float = 0.2,
@@ -298,37 +208,13 @@ class FocalLossSD(nn.Module):
         *,
         ignore_index: int = DEFAULT_IGNORE_INDEX,
     ) -> None:
-        super().__init__()
-        self.ignore_index = validate_ignore_index(ignore_index)
+        super().__init__(ignore_index=ignore_index)
         self.threshold = validate_number("threshold", threshold, minimum=0.0, maximum=1.0)
         self.gamma_high = validate_number("gamma_high", gamma_high, minimum=0.0)
         self.gamma_low = validate_number("gamma_low", gamma_low, minimum=0.0)
 
-    def extra_repr(self) -> str:
-        """Return the hyperparameters shown by ``repr``."""
-        return (
-            f"threshold={self.threshold}, gamma_high={self.gamma_high}, "
-            f"gamma_low={self.gamma_low}, ignore_index={self.ignore_index}"
-        )
-
-    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Compute the mean FLSD-53 focal loss.
-
-        Args:
-            logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
-
-        Returns:
-            Scalar tensor, mean over samples.
-
-        Raises:
-            TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
-                neither in [0, K) nor ``ignore_index``.
-        """
-        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
-        if logits.shape[0] == 0:
-            return zero_loss(logits)
+    def _rows_loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The mean FLSD-53 focal loss of the (M, K) kept rows."""
         log_pt = target_log_probs(logits, targets)
         with torch.no_grad():
             gamma = torch.where(

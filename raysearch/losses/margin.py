@@ -15,16 +15,13 @@ class docstring says what differs.
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from raysearch.losses._common import (
     DEFAULT_IGNORE_INDEX,
-    flatten_inputs,
+    TermsLoss,
     target_log_probs,
     validate_choice,
-    validate_ignore_index,
     validate_number,
-    zero_loss,
 )
 
 #: Variants of :class:`MarginLabelSmoothing`: the authors' released code (``"official"``, the
@@ -35,7 +32,7 @@ MBLS_VARIANTS = ("official", "paper")
 ACLS_VARIANTS = ("official", "paper")
 
 
-class MarginLabelSmoothing(nn.Module):
+class MarginLabelSmoothing(TermsLoss):
     """Margin-based label smoothing, MbLS (registry name ``mbls``).
 
     MbLS (Liu et al., Eq. 7) adds to the cross-entropy a linear penalty on the logit distances
@@ -75,13 +72,8 @@ class MarginLabelSmoothing(nn.Module):
         variant (str, optional): ``"official"`` (the released code: mean over N * K entries) or
             ``"paper"`` (Eq. 7: sum over the K classes, mean over N). Defaults to
             ``"official"``.
-        ignore_index (int, optional): keyword-only; target value of the locations that count
-            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
-            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
-
-    Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
-        or ``ignore_index``.
+        ignore_index (int, optional): keyword-only; as
+            :class:`~raysearch.losses._common.FlatLoss`, which gives the shapes.
 
     Returns:
         Scalar tensor: CE (mean over the N samples) + alpha * penalty (mean over the N * K
@@ -93,6 +85,9 @@ class MarginLabelSmoothing(nn.Module):
             ``"official"`` or ``"paper"``.
     """
 
+    repr_names = ("margin", "alpha", "variant", "ignore_index")
+    term_names = ("ce", "reg")
+
     def __init__(
         self,
         margin: float = 10.0,
@@ -101,39 +96,13 @@ class MarginLabelSmoothing(nn.Module):
         *,
         ignore_index: int = DEFAULT_IGNORE_INDEX,
     ) -> None:
-        super().__init__()
-        self.ignore_index = validate_ignore_index(ignore_index)
+        super().__init__(ignore_index=ignore_index)
         self.margin = validate_number("margin", margin, minimum=0.0)
         self.alpha = validate_number("alpha", alpha, minimum=0.0)
         self.variant = validate_choice("variant", variant, MBLS_VARIANTS)
 
-    def extra_repr(self) -> str:
-        """Return the hyperparameters shown by ``repr``."""
-        return (
-            f"margin={self.margin}, alpha={self.alpha}, variant={self.variant!r}, "
-            f"ignore_index={self.ignore_index}"
-        )
-
-    def terms(self, logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Compute the two parts of the objective, for logging.
-
-        Args:
-            logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
-
-        Returns:
-            ``{"ce": mean cross-entropy, "reg": alpha * margin penalty}``, scalar tensors
-            (attached to the graph) whose sum is :meth:`forward`.
-
-        Raises:
-            TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
-                neither in [0, K) nor ``ignore_index``.
-        """
-        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
-        if logits.shape[0] == 0:
-            zero = zero_loss(logits)
-            return {"ce": zero, "reg": zero}
+    def _rows_terms(self, logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``{"ce": mean cross-entropy, "reg": alpha * margin penalty}`` of the (M, K) kept rows."""
         ce = -target_log_probs(logits, targets).mean()
         distances = logits.max(dim=1, keepdim=True).values - logits
         excess = F.relu(distances - self.margin)
@@ -143,27 +112,8 @@ class MarginLabelSmoothing(nn.Module):
             penalty = excess.sum(dim=1).mean()
         return {"ce": ce, "reg": self.alpha * penalty}
 
-    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Compute the total MbLS objective, CE + alpha * margin penalty.
 
-        Args:
-            logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
-
-        Returns:
-            Scalar tensor: CE (mean over samples) + alpha * penalty (normalised as the variant
-            says).
-
-        Raises:
-            TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
-                neither in [0, K) nor ``ignore_index``.
-        """
-        parts = self.terms(logits, targets)
-        return parts["ce"] + parts["reg"]
-
-
-class ACLS(nn.Module):
+class ACLS(TermsLoss):
     """Adaptive and conditional label smoothing, ACLS (registry name ``acls``).
 
     ACLS (Park et al., Eq. 13-14) adds to the cross-entropy a squared-ReLU penalty that lowers the
@@ -229,13 +179,8 @@ class ACLS(nn.Module):
             ``0.01``.
         variant (str, optional): ``"official"`` (the released code) or ``"paper"`` (Eq. 13 with
             the gradient of Eq. 12). Defaults to ``"official"``.
-        ignore_index (int, optional): keyword-only; target value of the locations that count
-            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
-            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
-
-    Shape:
-        logits: (N, K) or (N, K, *) float with K >= 2; targets: (N,) or (N, *) int64 with values
-        in [0, K) or ``ignore_index``.
+        ignore_index (int, optional): keyword-only; as
+            :class:`~raysearch.losses._common.FlatLoss`, which gives the shapes.
 
     Returns:
         Scalar tensor: CE (mean over the N samples) + lambda1 * first term (sum over the
@@ -248,6 +193,9 @@ class ACLS(nn.Module):
             ``"official"`` or ``"paper"``; in ``forward``, if K < 2.
     """
 
+    repr_names = ("margin", "lambda1", "lambda2", "variant", "ignore_index")
+    term_names = ("ce", "reg")
+
     def __init__(
         self,
         margin: float = 10.0,
@@ -257,46 +205,15 @@ class ACLS(nn.Module):
         *,
         ignore_index: int = DEFAULT_IGNORE_INDEX,
     ) -> None:
-        super().__init__()
-        self.ignore_index = validate_ignore_index(ignore_index)
+        super().__init__(ignore_index=ignore_index)
         self.margin = validate_number("margin", margin, minimum=0.0)
         self.lambda1 = validate_number("lambda1", lambda1, minimum=0.0)
         self.lambda2 = validate_number("lambda2", lambda2, minimum=0.0)
         self.variant = validate_choice("variant", variant, ACLS_VARIANTS)
 
-    def extra_repr(self) -> str:
-        """Return the hyperparameters shown by ``repr``."""
-        return (
-            f"margin={self.margin}, lambda1={self.lambda1}, lambda2={self.lambda2}, "
-            f"variant={self.variant!r}, ignore_index={self.ignore_index}"
-        )
-
-    def terms(self, logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Compute the two parts of the objective, for logging.
-
-        Args:
-            logits: unnormalised scores, (N, K) or (N, K, *) float, K >= 2.
-            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
-
-        Returns:
-            ``{"ce": mean cross-entropy, "reg": lambda1 * first term + lambda2 * second term}``,
-            scalar tensors (attached to the graph) whose sum is :meth:`forward`.
-
-        Raises:
-            TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``, a target is
-                neither in [0, K) nor ``ignore_index``, or K < 2.
-        """
-        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
+    def _rows_terms(self, logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``{"ce": mean CE, "reg": lambda1 * first + lambda2 * second term}`` of the kept rows."""
         num_samples, num_classes = logits.shape
-        if num_classes < 2:
-            raise ValueError(
-                f"ACLS needs K >= 2 classes (it averages over N * (K - 1) entries), got logits "
-                f"of shape {tuple(logits.shape)}"
-            )
-        if num_samples == 0:
-            zero = zero_loss(logits)
-            return {"ce": zero, "reg": zero}
         ce = -target_log_probs(logits, targets).mean()
         if self.variant == "official":
             positive, negative = self._official_terms(logits)
@@ -306,6 +223,14 @@ class ACLS(nn.Module):
             num_samples * (num_classes - 1)
         )
         return {"ce": ce, "reg": reg}
+
+    def _check_rows(self, logits: torch.Tensor) -> None:
+        """Raise ValueError if K < 2 (the second term averages over N * (K - 1) entries)."""
+        if logits.shape[1] < 2:
+            raise ValueError(
+                f"ACLS needs K >= 2 classes (it averages over N * (K - 1) entries), got logits "
+                f"of shape {tuple(logits.shape)}"
+            )
 
     def _paper_terms(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-sample first term (N,) and per-entry second term (N, K) of Eq. 13."""
@@ -326,22 +251,3 @@ class ACLS(nn.Module):
         positive = indicator * F.relu(top - self.margin).square()
         negative = (1.0 - indicator) * F.relu(top.detach() - logits - self.margin).square()
         return positive, negative
-
-    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Compute the total ACLS objective, CE + regulariser (Eq. 14).
-
-        Args:
-            logits: unnormalised scores, (N, K) or (N, K, *) float, K >= 2.
-            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
-
-        Returns:
-            Scalar tensor: CE (mean over samples) + lambda1 * first term (mean over N samples) +
-            lambda2 * second term (mean over N * (K - 1) entries).
-
-        Raises:
-            TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``, a target is
-                neither in [0, K) nor ``ignore_index``, or K < 2.
-        """
-        parts = self.terms(logits, targets)
-        return parts["ce"] + parts["reg"]

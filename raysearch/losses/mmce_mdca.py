@@ -19,9 +19,7 @@ import torch.nn.functional as F
 
 from raysearch.losses._common import (
     DEFAULT_IGNORE_INDEX,
-    flatten_inputs,
     validate_choice,
-    zero_loss,
 )
 from raysearch.losses.secondary import (
     OFFICIAL,
@@ -147,23 +145,14 @@ class MMCE(SecondaryObjective):
         (Liu et al., CVPR 2022), by-liu/MbLS ``calibrate/losses/mmce.py``.
 
     Args:
-        beta (float, optional): weight of MMCE, finite, >= 0. Defaults to ``1.0``.
-        primary (str or None, optional): ``"ce"``, ``"focal"``, ``"mse"`` or None. Defaults to
-            ``"ce"``.
-        primary_params (dict or None, optional): parameters of the primary. Defaults to None.
+        beta, primary, primary_params, ignore_index: as
+            :class:`~raysearch.losses.secondary.SecondaryObjective` (``beta`` weighs MMCE).
         weighted (bool, optional): use MMCE_w instead of MMCE. Defaults to ``False`` (the MbLS
             configuration).
         kernel_width (float, optional): width w > 0 of the Laplacian kernel. Defaults to
             ``0.4``.
         variant (str, optional): ``"official"`` (released code) or ``"paper"`` (the root).
             Defaults to ``"official"``.
-        ignore_index (int, optional): keyword-only; target value of the locations that count
-            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
-            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
-
-    Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
-        or ``ignore_index``.
 
     Returns:
         Scalar tensor: PL (batch mean) + beta * secondary term of the batch.
@@ -173,6 +162,8 @@ class MMCE(SecondaryObjective):
         ValueError: if ``beta`` < 0, ``kernel_width`` <= 0, ``variant`` is unknown or
             ``primary`` / ``primary_params`` is invalid.
     """
+
+    repr_names = (*SecondaryObjective.repr_names, "weighted", "kernel_width", "variant")
 
     def __init__(
         self,
@@ -185,40 +176,15 @@ class MMCE(SecondaryObjective):
         *,
         ignore_index: int = DEFAULT_IGNORE_INDEX,
     ) -> None:
-        super().__init__(
-            beta=beta, primary=primary, primary_params=primary_params, ignore_index=ignore_index
-        )
+        super().__init__(beta, primary, primary_params, ignore_index=ignore_index)
         if not isinstance(weighted, bool):
             raise TypeError(f"`weighted` must be a bool, got {type(weighted).__name__}")
         self.weighted = weighted
         self.kernel_width = _positive("kernel_width", kernel_width)
         self.variant = validate_choice("variant", variant, MMCE_VARIANTS)
 
-    def extra_repr(self) -> str:
-        """Return the hyperparameters shown by ``repr``."""
-        return (
-            f"{self._primary_repr()}, weighted={self.weighted}, "
-            f"kernel_width={self.kernel_width}, variant={self.variant!r}"
-        )
-
-    def secondary(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Compute the MMCE term of the batch (MMCE^2, released MMCE_w, or the root).
-
-        Args:
-            logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
-
-        Returns:
-            Scalar tensor.
-
-        Raises:
-            TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
-                neither in [0, K) nor ``ignore_index``.
-        """
-        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
-        if logits.shape[0] == 0:
-            return zero_loss(logits)
+    def _rows_secondary(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The MMCE term of the (M, K) kept rows (MMCE^2, released MMCE_w, or the root)."""
         _, confidence, correct = _confidence_and_accuracy(logits, targets)
         kernel = torch.exp(
             -(confidence.unsqueeze(1) - confidence.unsqueeze(0)).abs() / self.kernel_width
@@ -262,17 +228,8 @@ class MDCA(SecondaryObjective):
         Park et al., "ACLS", ICCV 2023, arXiv:2308.11911, supplementary Eq. 9.
 
     Args:
-        beta (float, optional): weight of MDCA, finite, >= 0. Defaults to ``1.0``.
-        primary (str or None, optional): ``"ce"``, ``"focal"``, ``"mse"`` or None. Defaults to
-            ``"ce"``.
-        primary_params (dict or None, optional): parameters of the primary. Defaults to None.
-        ignore_index (int, optional): keyword-only; target value of the locations that count
-            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
-            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
-
-    Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
-        or ``ignore_index``.
+        beta, primary, primary_params, ignore_index: as
+            :class:`~raysearch.losses.secondary.SecondaryObjective` (``beta`` weighs MDCA).
 
     Returns:
         Scalar tensor: PL (batch mean) + beta * MDCA of the batch.
@@ -282,24 +239,8 @@ class MDCA(SecondaryObjective):
         ValueError: if ``beta`` < 0 or ``primary`` / ``primary_params`` is invalid.
     """
 
-    def secondary(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Compute MDCA of the batch.
-
-        Args:
-            logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
-
-        Returns:
-            Scalar tensor.
-
-        Raises:
-            TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
-                neither in [0, K) nor ``ignore_index``.
-        """
-        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
-        if logits.shape[0] == 0:
-            return zero_loss(logits)
+    def _rows_secondary(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """MDCA of the (M, K) kept rows."""
         probs = torch.softmax(logits, dim=1)
         frequencies = F.one_hot(targets, probs.shape[1]).to(probs.dtype).mean(dim=0)
         return (probs.mean(dim=0) - frequencies).abs().mean()

@@ -7,19 +7,19 @@ Notation: ``z`` are the K logits of a sample, ``t`` its target class, ``p = soft
 """
 
 import torch
-from torch import nn
 
 from raysearch.losses._common import (
     DEFAULT_IGNORE_INDEX,
+    FlatLoss,
+    check_tensor,
     kept_rows,
     reshape_inputs,
-    validate_ignore_index,
     validate_number,
     zero_loss,
 )
 
 
-class ObjectnessLabelSmoothing(nn.Module):
+class ObjectnessLabelSmoothing(FlatLoss):
     """Adaptive label smoothing from the objectness of each crop, ALS (registry name ``als``).
 
     Krothapalli and Abbott smooth the one-hot label pi of sample i by the share of the image that
@@ -99,6 +99,8 @@ class ObjectnessLabelSmoothing(nn.Module):
         ValueError: if ``beta`` is not in [0, 1] or ``context_fraction`` not in [0, 1).
     """
 
+    repr_names = ("beta", "context_fraction", "ignore_index")
+
     #: Read by the training loop: this loss takes ``objectness=`` per sample.
     needs_objectness = True
 
@@ -109,18 +111,10 @@ class ObjectnessLabelSmoothing(nn.Module):
         *,
         ignore_index: int = DEFAULT_IGNORE_INDEX,
     ) -> None:
-        super().__init__()
-        self.ignore_index = validate_ignore_index(ignore_index)
+        super().__init__(ignore_index=ignore_index)
         self.beta = validate_number("beta", beta, minimum=0.0, maximum=1.0)
         self.context_fraction = validate_number(
             "context_fraction", context_fraction, minimum=0.0, maximum=1.0, maximum_inclusive=False
-        )
-
-    def extra_repr(self) -> str:
-        """Return the hyperparameters shown by ``repr``."""
-        return (
-            f"beta={self.beta}, context_fraction={self.context_fraction}, "
-            f"ignore_index={self.ignore_index}"
         )
 
     def soft_targets(
@@ -217,8 +211,7 @@ def _check_objectness(objectness: torch.Tensor | None, num_samples: int) -> torc
             "`objectness` is required by 'als': pass loss_fn(logits, targets, objectness=o) with "
             "o of shape (N,), the object area / image area of each crop"
         )
-    if not isinstance(objectness, torch.Tensor):
-        raise TypeError(f"`objectness` must be a torch.Tensor, got {type(objectness).__name__}")
+    check_tensor("objectness", objectness)
     if not objectness.is_floating_point():
         raise TypeError(f"`objectness` must be a floating-point tensor, got {objectness.dtype}")
     if tuple(objectness.shape) != (num_samples,):

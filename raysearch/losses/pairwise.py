@@ -13,16 +13,15 @@ Variants: where the equation a paper writes and the released code differ, ``vari
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from raysearch.losses._common import (
     DEFAULT_IGNORE_INDEX,
-    flatten_inputs,
+    FlatLoss,
+    TermsLoss,
     kept_rows,
     reshape_inputs,
     target_log_probs,
     validate_choice,
-    validate_ignore_index,
     validate_number,
     zero_loss,
 )
@@ -32,7 +31,7 @@ from raysearch.losses._common import (
 CPC_VARIANTS = ("official", "paper")
 
 
-class PairwiseConstraints(nn.Module):
+class PairwiseConstraints(TermsLoss):
     """Calibration by pairwise constraints, CPC (registry name ``cpc``).
 
     Cheng and Vasconcelos split the K-way softmax into binary problems on pairs of classes
@@ -85,13 +84,8 @@ class PairwiseConstraints(nn.Module):
             ``1.0``.
         variant (str, optional): ``"official"`` (the released code: both terms means) or
             ``"paper"`` (Eq. 2-4: sums over the class pairs). Defaults to ``"official"``.
-        ignore_index (int, optional): keyword-only; target value of the locations that count
-            nowhere (no term, no mean; all ignored gives 0). Defaults to ``-100`` (as
-            ``torch.nn.CrossEntropyLoss``).
-
-    Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
-        or ``ignore_index``.
+        ignore_index (int, optional): keyword-only; as
+            :class:`~raysearch.losses._common.FlatLoss`, which gives the shapes.
 
     Returns:
         Scalar tensor: CE + lambda1 * L_1v1 + lambda2 * L_BE, each a mean over the N samples.
@@ -102,6 +96,9 @@ class PairwiseConstraints(nn.Module):
             ``"official"`` or ``"paper"``.
     """
 
+    repr_names = ("lambda1", "lambda2", "variant", "ignore_index")
+    term_names = ("ce", "one_vs_one", "exclusion")
+
     def __init__(
         self,
         lambda1: float = 1.0,
@@ -110,39 +107,13 @@ class PairwiseConstraints(nn.Module):
         *,
         ignore_index: int = DEFAULT_IGNORE_INDEX,
     ) -> None:
-        super().__init__()
-        self.ignore_index = validate_ignore_index(ignore_index)
+        super().__init__(ignore_index=ignore_index)
         self.lambda1 = validate_number("lambda1", lambda1, minimum=0.0)
         self.lambda2 = validate_number("lambda2", lambda2, minimum=0.0)
         self.variant = validate_choice("variant", variant, CPC_VARIANTS)
 
-    def extra_repr(self) -> str:
-        """Return the hyperparameters shown by ``repr``."""
-        return (
-            f"lambda1={self.lambda1}, lambda2={self.lambda2}, variant={self.variant!r}, "
-            f"ignore_index={self.ignore_index}"
-        )
-
-    def terms(self, logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Compute the parts of the objective, for logging.
-
-        Args:
-            logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
-
-        Returns:
-            ``{"ce": mean cross-entropy, "one_vs_one": lambda1 * L_1v1, "exclusion": lambda2 *
-            L_BE}``, scalar tensors (attached to the graph) whose sum is :meth:`forward`.
-
-        Raises:
-            TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
-                neither in [0, K) nor ``ignore_index``.
-        """
-        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
-        if logits.shape[0] == 0:
-            zero = zero_loss(logits)
-            return {"ce": zero, "one_vs_one": zero, "exclusion": zero}
+    def _rows_terms(self, logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``{"ce": CE, "one_vs_one": lambda1 * L_1v1, "exclusion": lambda2 * L_BE}``, M >= 1."""
         num_samples, num_classes = logits.shape
         ce = -target_log_probs(logits, targets).mean()
         other = ~F.one_hot(targets, num_classes).bool()
@@ -169,25 +140,8 @@ class PairwiseConstraints(nn.Module):
             "exclusion": self.lambda2 * exclusion.mean(),
         }
 
-    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Compute CE + lambda1 * L_1v1 + lambda2 * L_BE.
 
-        Args:
-            logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
-
-        Returns:
-            Scalar tensor, mean over samples.
-
-        Raises:
-            TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
-                neither in [0, K) nor ``ignore_index``.
-        """
-        return sum(self.terms(logits, targets).values())
-
-
-class CorrectnessRankingLoss(nn.Module):
+class CorrectnessRankingLoss(FlatLoss):
     """Correctness ranking loss, CRL (registry name ``crl``).
 
     Moon et al. keep, for every training sample n, its correctness history h_n: how many times
@@ -247,21 +201,18 @@ class CorrectnessRankingLoss(nn.Module):
         ValueError: if ``rank_weight`` < 0 (or NaN).
     """
 
+    repr_names = ("rank_weight", "ignore_index")
+
     #: Read by the training loop: this loss takes ``index=`` per sample.
     side_inputs = ("index",)
 
     def __init__(
         self, rank_weight: float = 1.0, *, ignore_index: int = DEFAULT_IGNORE_INDEX
     ) -> None:
-        super().__init__()
-        self.ignore_index = validate_ignore_index(ignore_index)
+        super().__init__(ignore_index=ignore_index)
         self.rank_weight = validate_number("rank_weight", rank_weight, minimum=0.0)
         self.register_buffer("correct", torch.zeros(0, dtype=torch.int64))
         self.register_buffer("visits", torch.zeros(0, dtype=torch.int64))
-
-    def extra_repr(self) -> str:
-        """Return the hyperparameters shown by ``repr``."""
-        return f"rank_weight={self.rank_weight}, ignore_index={self.ignore_index}"
 
     def normalized_history(self, index: torch.Tensor) -> torch.Tensor:
         """The normalised correctness history h~ of samples (released ``correctness_normalize``).

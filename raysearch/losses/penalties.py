@@ -7,15 +7,12 @@ logits of a sample, ``t`` its target class, ``p = softmax(z)``.
 """
 
 import torch
-from torch import nn
 
 from raysearch.losses._common import (
     DEFAULT_IGNORE_INDEX,
-    flatten_inputs,
+    TermsLoss,
     validate_choice,
-    validate_ignore_index,
     validate_number,
-    zero_loss,
 )
 
 #: Variants of :class:`ConfidencePenalty`: the released code behind the published calibration
@@ -23,7 +20,7 @@ from raysearch.losses._common import (
 ECP_VARIANTS = ("official", "paper")
 
 
-class ConfidencePenalty(nn.Module):
+class ConfidencePenalty(TermsLoss):
     """Cross-entropy minus a weighted entropy bonus, ECP (registry name ``ecp``).
 
     The confidence penalty of Pereyra et al. subtracts the entropy of the predicted distribution
@@ -70,14 +67,8 @@ class ConfidencePenalty(nn.Module):
         variant (str, optional): ``"official"`` (entropy averaged over the N * K entries, i.e.
             beta / K per sample) or ``"paper"`` (per-sample entropy times beta). Defaults to
             ``"official"``.
-        ignore_index (int, optional): keyword-only; target value of the locations that count
-            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
-            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
-
-    Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
-        or ``ignore_index``.
-        Every location of (N, K, *) logits counts as one sample.
+        ignore_index (int, optional): keyword-only; as
+            :class:`~raysearch.losses._common.FlatLoss`, which gives the shapes.
 
     Returns:
         Scalar tensor: mean cross-entropy - beta * entropy term (normalised as the variant
@@ -89,6 +80,9 @@ class ConfidencePenalty(nn.Module):
             ``"paper"``.
     """
 
+    repr_names = ("beta", "variant", "ignore_index")
+    term_names = ("ce", "entropy")
+
     def __init__(
         self,
         beta: float = 0.1,
@@ -96,37 +90,16 @@ class ConfidencePenalty(nn.Module):
         *,
         ignore_index: int = DEFAULT_IGNORE_INDEX,
     ) -> None:
-        super().__init__()
-        self.ignore_index = validate_ignore_index(ignore_index)
+        super().__init__(ignore_index=ignore_index)
         self.beta = validate_number("beta", beta, minimum=0.0)
         self.variant = validate_choice("variant", variant, ECP_VARIANTS)
 
-    def extra_repr(self) -> str:
-        """Return the hyperparameters shown by ``repr``."""
-        return f"beta={self.beta}, variant={self.variant!r}, ignore_index={self.ignore_index}"
+    def _rows_terms(self, logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``{"ce": mean cross-entropy, "entropy": entropy term}`` of the (M, K) kept rows.
 
-    def terms(self, logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Compute the parts of the objective, for logging.
-
-        Args:
-            logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
-
-        Returns:
-            ``{"ce": mean cross-entropy, "entropy": entropy term}``, scalar tensors attached to
-            the graph; :meth:`forward` is ``ce - beta * entropy``. The entropy term is the mean
-            of ``-p log p`` over the N * K entries (``"official"``, i.e. mean H(p) / K) or the
-            mean over samples of H(p) (``"paper"``).
-
-        Raises:
-            TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
-                neither in [0, K) nor ``ignore_index``.
+        The entropy term is the mean of ``-p log p`` over the M * K entries (``"official"``, i.e.
+        mean H(p) / K) or the mean over rows of H(p) (``"paper"``).
         """
-        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
-        if logits.shape[0] == 0:
-            zero = zero_loss(logits)
-            return {"ce": zero, "entropy": zero}
         log_probs = torch.log_softmax(logits, dim=1)
         nll = -log_probs.gather(1, targets.unsqueeze(1)).squeeze(1)
         plogp = -(log_probs.exp() * log_probs)
@@ -136,20 +109,6 @@ class ConfidencePenalty(nn.Module):
             entropy = plogp.sum(dim=1).mean()
         return {"ce": nll.mean(), "entropy": entropy}
 
-    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Compute the mean confidence-penalised cross-entropy.
-
-        Args:
-            logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
-
-        Returns:
-            Scalar tensor, ``mean CE - beta * entropy term``.
-
-        Raises:
-            TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
-                neither in [0, K) nor ``ignore_index``.
-        """
-        parts = self.terms(logits, targets)
+    def _total(self, parts: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The objective ``ce - beta * entropy``."""
         return parts["ce"] - self.beta * parts["entropy"]

@@ -28,9 +28,10 @@ from torch import nn
 
 from raysearch.losses._common import (
     DEFAULT_IGNORE_INDEX,
+    FlatLoss,
+    TermsLoss,
     flatten_inputs,
     validate_choice,
-    validate_ignore_index,
     validate_number,
     zero_loss,
 )
@@ -168,7 +169,7 @@ def _confidence_and_accuracy(
 # --------------------------------------------------------------------------------------------
 
 
-class BrierLoss(nn.Module):
+class BrierLoss(FlatLoss):
     """Squared error between softmax probabilities and the one-hot target (primary ``"mse"``).
 
     ``L = (1/N) sum_i sum_k (p_ik - 1[k == y_i])^2``: the multiclass Brier score, summed over the
@@ -176,56 +177,21 @@ class BrierLoss(nn.Module):
     :class:`SecondaryObjective` (Karandikar et al. cite Hui and Belkin, ICLR 2021, for the MSE
     primary; this class uses softmax probabilities, not raw logits).
 
-    Args:
-        ignore_index (int, optional): keyword-only; target value of the locations that count
-            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
-            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
-
-    Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
-        or ``ignore_index``.
+    Args, shapes and errors: as :class:`~raysearch.losses._common.FlatLoss` (``ignore_index``
+    only, keyword-only).
 
     Returns:
-        Scalar tensor: the batch mean, in [0, 2].
-
-    Raises:
-        TypeError: in ``forward``, if ``logits`` is not floating point or ``targets`` not int64.
-        ValueError: in ``forward``, if the shapes do not match (both shapes quoted) or a
-            target is neither in [0, K) nor ``ignore_index``.
+        Scalar tensor: the batch mean of the sum over classes, in [0, 2].
     """
 
-    def __init__(self, *, ignore_index: int = DEFAULT_IGNORE_INDEX) -> None:
-        super().__init__()
-        self.ignore_index = validate_ignore_index(ignore_index)
-
-    def extra_repr(self) -> str:
-        """Return the hyperparameters shown by ``repr``."""
-        return f"ignore_index={self.ignore_index}"
-
-    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Compute the mean Brier score.
-
-        Args:
-            logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
-
-        Returns:
-            Scalar tensor, mean over samples of the sum over classes.
-
-        Raises:
-            TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
-                neither in [0, K) nor ``ignore_index``.
-        """
-        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
-        if logits.shape[0] == 0:
-            return zero_loss(logits)
+    def _rows_loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The mean Brier score of the (M, K) kept rows."""
         probs = torch.softmax(logits, dim=1)
         one_hot = F.one_hot(targets, probs.shape[1]).to(probs.dtype)
         return (probs - one_hot).square().sum(dim=1).mean()
 
 
-class SecondaryObjective(nn.Module):
+class SecondaryObjective(TermsLoss):
     """Base class: primary loss + beta * secondary calibration loss (Karandikar et al., Sec. 5).
 
     ``total = PL + beta * SL`` with PL the primary loss and SL :meth:`secondary`. With
@@ -245,16 +211,13 @@ class SecondaryObjective(nn.Module):
         primary_params (dict or None, optional): keyword parameters of the primary, e.g.
             ``{"gamma": 3.0}`` for focal; must be empty for None. Defaults to None (the primary's
             defaults).
-        ignore_index (int, optional): keyword-only; target value of the locations that count
-            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
-            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
-
-    Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
-        or ``ignore_index``.
+        ignore_index (int, optional): keyword-only; as
+            :class:`~raysearch.losses._common.FlatLoss`, which gives the shapes.
 
     Returns:
-        Scalar tensor: PL (batch mean) + beta * SL (a batch statistic).
+        Scalar tensor: PL (batch mean) + beta * SL (a batch statistic). :meth:`terms` gives
+        ``{"primary": PL, "secondary": SL (unscaled), "total": PL + beta * SL}``; with
+        ``primary=None``, ``primary`` is a zero tensor and ``total`` is SL.
 
     Raises:
         TypeError: if ``beta`` is not a real number, ``primary`` not a str or None, or
@@ -264,6 +227,9 @@ class SecondaryObjective(nn.Module):
             parameter is out of range (e.g. ``gamma`` < 0).
     """
 
+    repr_names = ("beta", "primary", "primary_params", "ignore_index")
+    term_names = ("primary", "secondary", "total")
+
     def __init__(
         self,
         beta: float = 1.0,
@@ -272,60 +238,42 @@ class SecondaryObjective(nn.Module):
         *,
         ignore_index: int = DEFAULT_IGNORE_INDEX,
     ) -> None:
-        super().__init__()
-        self.ignore_index = validate_ignore_index(ignore_index)
+        super().__init__(ignore_index=ignore_index)
         self.beta = _finite("beta", beta, minimum=0.0)
         self.primary, self.primary_params = _check_primary(primary, primary_params)
         self.primary_loss = _build_primary(self.primary, self.primary_params, self.ignore_index)
 
-    def _primary_repr(self) -> str:
-        """``beta``, ``primary``, ``primary_params`` and ``ignore_index`` for ``repr``."""
-        return (
-            f"beta={self.beta}, primary={self.primary!r}, primary_params={self.primary_params}, "
-            f"ignore_index={self.ignore_index}"
-        )
-
-    def extra_repr(self) -> str:
-        """Return the hyperparameters shown by ``repr``."""
-        return self._primary_repr()
-
     def secondary(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Compute the secondary loss SL, unscaled (implemented by subclasses).
+        """Compute the secondary loss SL of the batch, unscaled (0 when every target is ignored).
 
         Args:
             logits: unnormalised scores, (N, K) or (N, K, *) float.
             targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
 
         Returns:
-            Scalar tensor.
-
-        Raises:
-            NotImplementedError: in the base class.
-        """
-        raise NotImplementedError
-
-    def terms(self, logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Compute the parts of the objective, for logging.
-
-        Args:
-            logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
-
-        Returns:
-            ``{"primary": PL, "secondary": SL (unscaled), "total": PL + beta * SL}``, scalar
-            tensors attached to the graph. With ``primary=None``: ``primary`` is a zero tensor
-            and ``total`` is SL.
+            Scalar tensor (what it is: the subclass's docstring).
 
         Raises:
             TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
             ValueError: if the shape of ``targets`` does not match ``logits``, a target is
-                neither in [0, K) nor ``ignore_index`` (or a subclass's requirement on K
-                fails).
+                neither in [0, K) nor ``ignore_index``, or a subclass's requirement on K fails.
+            NotImplementedError: in the base class.
         """
         logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
+        self._check_secondary_rows(logits)
         if logits.shape[0] == 0:
-            zero = zero_loss(logits)
-            return {"primary": zero, "secondary": zero, "total": zero}
+            return zero_loss(logits)
+        return self._rows_secondary(logits, targets)
+
+    def _check_secondary_rows(self, logits: torch.Tensor) -> None:
+        """Raise ValueError where the (M, K) kept logits do not suit SL (default: none)."""
+
+    def _rows_secondary(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """SL of M >= 1 kept rows: logits (M, K), targets (M,) in [0, K)."""
+        raise NotImplementedError
+
+    def _rows_terms(self, logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+        """PL, SL and the total of M >= 1 kept rows."""
         secondary = self.secondary(logits, targets)
         if self.primary_loss is None:
             return {"primary": secondary.new_zeros(()), "secondary": secondary, "total": secondary}
@@ -336,19 +284,6 @@ class SecondaryObjective(nn.Module):
             "total": primary + self.beta * secondary,
         }
 
-    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Compute the total objective PL + beta * SL (SL alone when ``primary`` is None).
-
-        Args:
-            logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
-
-        Returns:
-            Scalar tensor.
-
-        Raises:
-            TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
-                neither in [0, K) nor ``ignore_index``.
-        """
-        return self.terms(logits, targets)["total"]
+    def _total(self, parts: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The objective: the part ``total``."""
+        return parts["total"]

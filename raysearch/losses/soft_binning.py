@@ -18,9 +18,8 @@ import torch
 
 from raysearch.losses._common import (
     DEFAULT_IGNORE_INDEX,
-    flatten_inputs,
+    check_tensor,
     validate_choice,
-    zero_loss,
 )
 from raysearch.losses.secondary import (
     CALTRAIN_EPS,
@@ -178,10 +177,8 @@ def soft_binned_ece(
     temperature = _positive("temperature", temperature)
     p = _finite("p", p, minimum=1.0)
     binning = validate_choice("binning", binning, SBECE_BINNINGS)
-    if not isinstance(confidences, torch.Tensor):
-        raise TypeError(f"`confidences` must be a torch.Tensor, got {type(confidences).__name__}")
-    if not isinstance(correct, torch.Tensor):
-        raise TypeError(f"`correct` must be a torch.Tensor, got {type(correct).__name__}")
+    check_tensor("confidences", confidences)
+    check_tensor("correct", correct)
     if not confidences.is_floating_point():
         raise TypeError(f"`confidences` must be floating point, got dtype {confidences.dtype}")
     if confidences.ndim != 1 or confidences.numel() == 0:
@@ -272,13 +269,6 @@ class SoftBinnedECE(SecondaryObjective):
         variant (str, optional): ``"official"`` (released code), ``"paper"`` (Eq. 11-12), or
             the older names ``"caltrain"``, ``"caltrain_lb"``, ``"caltrain_bin"``. Defaults to
             ``"official"``.
-        ignore_index (int, optional): keyword-only; target value of the locations that count
-            nowhere (no term, no mean, no batch statistic; all ignored gives 0). Defaults to
-            ``-100`` (as ``torch.nn.CrossEntropyLoss``).
-
-    Shape:
-        logits: (N, K) or (N, K, *) float; targets: (N,) or (N, *) int64 with values in [0, K)
-        or ``ignore_index``.
 
     Returns:
         Scalar tensor: PL (batch mean) + beta * SB-ECE of the batch (its square for the official
@@ -291,6 +281,10 @@ class SoftBinnedECE(SecondaryObjective):
             not match ``"caltrain_lb"`` / ``"caltrain_bin"``, or ``primary`` /
             ``primary_params`` is invalid.
     """
+
+    repr_names = (
+        *SecondaryObjective.repr_names, "n_bins", "temperature", "p", "binning", "variant"
+    )
 
     def __init__(
         self,
@@ -305,9 +299,7 @@ class SoftBinnedECE(SecondaryObjective):
         *,
         ignore_index: int = DEFAULT_IGNORE_INDEX,
     ) -> None:
-        super().__init__(
-            beta=beta, primary=primary, primary_params=primary_params, ignore_index=ignore_index
-        )
+        super().__init__(beta, primary, primary_params, ignore_index=ignore_index)
         self.n_bins = _positive_int("n_bins", n_bins)
         self.temperature = _positive("temperature", temperature)
         self.p = _finite("p", p, minimum=1.0)
@@ -326,31 +318,8 @@ class SoftBinnedECE(SecondaryObjective):
                 f"`variant`='paper' takes any p >= 1), got {p}"
             )
 
-    def extra_repr(self) -> str:
-        """Return the hyperparameters shown by ``repr``."""
-        return (
-            f"{self._primary_repr()}, n_bins={self.n_bins}, temperature={self.temperature}, "
-            f"p={self.p}, binning={self.binning!r}, variant={self.variant!r}"
-        )
-
-    def secondary(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Compute SB-ECE of the batch (squared for the official ``lb`` form).
-
-        Args:
-            logits: unnormalised scores, (N, K) or (N, K, *) float.
-            targets: class indices, (N,) or (N, *) int64; ``ignore_index`` counts nowhere.
-
-        Returns:
-            Scalar tensor.
-
-        Raises:
-            TypeError: if ``logits`` is not floating point or ``targets`` is not int64.
-            ValueError: if the shape of ``targets`` does not match ``logits``, or a target is
-                neither in [0, K) nor ``ignore_index``.
-        """
-        logits, targets = flatten_inputs(logits, targets, ignore_index=self.ignore_index)
-        if logits.shape[0] == 0:
-            return zero_loss(logits)
+    def _rows_secondary(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """SB-ECE of the (M, K) kept rows (squared for the official ``lb`` form)."""
         _, confidence, accuracy = _confidence_and_accuracy(logits, targets)
         if self.variant == OFFICIAL and self.binning == "lb":
             return _caltrain_lb(
