@@ -2,7 +2,8 @@
 
 The crop primitives shared by :mod:`raysearch.data.objectness` (which re-exports the public
 ones) and :mod:`raysearch.data.cub`: :func:`rasterize_boxes`, :class:`ObjectnessCrop` and its
-:class:`CropResult`, and the per-sample seed of a crop. This module imports nothing from the
+:class:`CropResult`, the per-sample seed of a crop and :class:`EpochCropDataset` (the
+``set_epoch``/``__getitem__`` of both crop datasets). This module imports nothing from the
 package, so :mod:`raysearch.data.cub` never imports :mod:`raysearch.data.objectness` (which
 imports ``cub`` for the ``cub200`` training set).
 
@@ -20,10 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import Tensor
+from torch.utils.data import Dataset
 from torchvision.transforms.v2 import functional as TF
 
 __all__ = [
     "CropResult",
+    "EpochCropDataset",
     "ObjectnessCrop",
     "rasterize_boxes",
 ]
@@ -51,6 +54,28 @@ def rasterize_boxes(
         Tensor: (height, width) bool.
     """
     return torch.from_numpy(_raster(_as_numpy_boxes(boxes), height, width, top, left))
+
+
+class EpochCropDataset(Dataset):
+    """A dataset whose item ``i`` of epoch ``e`` is ``sample(i, e)``: crops fixed per epoch.
+
+    Subclasses define :meth:`sample` and set ``self.epoch = 1`` in ``__init__``;
+    :meth:`set_epoch` (called by the training loop) selects what ``dataset[i]`` returns.
+    """
+
+    epoch: int
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose crops :meth:`__getitem__` returns (1-based, as in ``fit``)."""
+        self.epoch = int(epoch)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Return ``(x, y, objectness, context)`` of sample `index` in the current epoch."""
+        return self.sample(index, self.epoch)
+
+    def sample(self, index: int, epoch: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``(x, y, objectness, context)`` of sample `index` in epoch `epoch` (1-based)."""
+        raise NotImplementedError
 
 
 @dataclass

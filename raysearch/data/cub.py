@@ -54,12 +54,12 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import Dataset
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
 from raysearch.data._crops import (
     CropResult,
+    EpochCropDataset,
     ObjectnessCrop,
     _sample_seed,
     rasterize_boxes,
@@ -274,7 +274,7 @@ class CUBImageDataset(ImageFileDataset):
         return f"CUBImageDataset(n={len(self)}, resize={self.resize!r}, transform={self.transform})"
 
 
-class CUBObjectnessDataset(Dataset):
+class CUBObjectnessDataset(EpochCropDataset):
     """CUB training images yielding MbLS's augmented crops with their objectness every epoch.
 
     Item ``i`` of epoch ``e`` is ``(x, y, objectness, context)``, read from disk when asked and
@@ -365,14 +365,6 @@ class CUBObjectnessDataset(Dataset):
     def __len__(self) -> int:
         """Number of samples N."""
         return len(self.samples)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch whose crops :meth:`__getitem__` returns (1-based, as in ``fit``)."""
-        self.epoch = int(epoch)
-
-    def __getitem__(self, index: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Return ``(x, y, objectness, context)`` of sample `index` in the current epoch."""
-        return self.sample(index, self.epoch)
 
     def crop(self, index: int, epoch: int) -> tuple[CropResult, bool]:
         """The unnormalised crop of one sample in one epoch, and whether it is a context sample.

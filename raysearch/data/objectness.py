@@ -35,12 +35,18 @@ import numpy as np
 import torch
 from PIL import Image
 from torch import Tensor
-from torch.utils.data import Dataset, TensorDataset
+from torch.utils.data import TensorDataset
 from torchvision.transforms.v2 import functional as TF
 
 # The crop primitives live in the leaf module ``_crops`` (imported by ``cub`` too, which
 # ``objectness_train_set`` imports for cub200); they stay importable from here.
-from raysearch.data._crops import CropResult, ObjectnessCrop, _sample_seed, rasterize_boxes
+from raysearch.data._crops import (
+    CropResult,
+    EpochCropDataset,
+    ObjectnessCrop,
+    _sample_seed,
+    rasterize_boxes,
+)
 
 if TYPE_CHECKING:
     from raysearch.data import DatasetSplits
@@ -88,7 +94,7 @@ VOC_CLASSES = (
 )
 
 
-class ObjectnessDataset(Dataset):
+class ObjectnessDataset(EpochCropDataset):
     """Annotated images yielding fresh augmented crops with their objectness every epoch.
 
     Item ``i`` of epoch ``e`` is ``(x, y, objectness, context)``: the crop of image i drawn by
@@ -174,14 +180,6 @@ class ObjectnessDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.images)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch whose crops :meth:`__getitem__` returns (1-based, as in ``fit``)."""
-        self.epoch = int(epoch)
-
-    def __getitem__(self, index: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Return ``(x, y, objectness, context)`` of sample ``index`` in the current epoch."""
-        return self.sample(index, self.epoch)
 
     def sample(self, index: int, epoch: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Augment one sample for one epoch.
@@ -420,12 +418,7 @@ def load_pet_folder(root: str | Path, *, size: tuple[int, int] | None = None) ->
     """
     root = Path(root)
     image_dir, trimap_dir = root / "images", root / "annotations" / "trimaps"
-    for folder in (image_dir, trimap_dir):
-        if not folder.is_dir():
-            raise FileNotFoundError(f"Oxford-IIIT Pet folder not found: {folder}")
-    paths = sorted(image_dir.glob("*.jpg"))
-    if not paths:
-        raise FileNotFoundError(f"no *.jpg images in {image_dir}")
+    paths = _list_files("Oxford-IIIT Pet", (image_dir, trimap_dir), "*.jpg", "images")
     breeds = [path.stem.rsplit("_", 1)[0] for path in paths]
     classes = sorted(set(breeds), key=lambda name: (name.lower(), name))
     index = {name: k for k, name in enumerate(classes)}
@@ -487,12 +480,7 @@ def load_voc_folder(
     """
     root = Path(root)
     xml_dir, image_dir = root / "Annotations", root / "JPEGImages"
-    for folder in (xml_dir, image_dir):
-        if not folder.is_dir():
-            raise FileNotFoundError(f"Pascal VOC folder not found: {folder}")
-    xml_paths = sorted(xml_dir.glob("*.xml"))
-    if not xml_paths:
-        raise FileNotFoundError(f"no *.xml annotations in {xml_dir}")
+    xml_paths = _list_files("Pascal VOC", (xml_dir, image_dir), "*.xml", "annotations")
     index = {name: k for k, name in enumerate(classes)}
     images, all_boxes, labels, names = [], [], [], []
     for xml_path in xml_paths:
@@ -551,6 +539,22 @@ def _parse_voc_xml(
         raise ValueError(f"{path}: no <object> annotation")
     filename = tree.getroot().findtext("filename")
     return objects, filename.strip() if filename else None
+
+
+def _list_files(dataset: str, folders: tuple[Path, ...], pattern: str, what: str) -> list[Path]:
+    """Sorted files of ``folders[0]`` matching `pattern`, after checking every folder exists.
+
+    Raises:
+        FileNotFoundError: if a folder is missing or ``folders[0]`` has no file matching
+            `pattern`.
+    """
+    for folder in folders:
+        if not folder.is_dir():
+            raise FileNotFoundError(f"{dataset} folder not found: {folder}")
+    paths = sorted(folders[0].glob(pattern))
+    if not paths:
+        raise FileNotFoundError(f"no {pattern} {what} in {folders[0]}")
+    return paths
 
 
 def _open_image(path: Path) -> Image.Image:

@@ -107,6 +107,98 @@ def _pair(
     return str(images[stem]), str(masks[stem])
 
 
+def _listed_pairs(
+    name: str, root: Path, images: dict[str, Path], masks: dict[str, Path], seed: int,
+    val_fraction: float | None, test_fraction: float | None, info: dict[str, Any],
+) -> dict[str, list[tuple[str, str]]]:
+    """(image, mask) pairs per split of ``splits/*.txt``; the split descriptions go to `info`."""
+    splits_dir = root / "splits"
+    layout = f"{splits_dir}/train.txt and test.txt (stems; val.txt optional)"
+    if test_fraction is not None:
+        raise DatasetError(
+            f"segfolder: {splits_dir}/ gives the test split; `test_fraction` applies to "
+            f"folders without splits/ (got test_fraction={test_fraction})"
+        )
+    stems = {
+        part: _read_stems(name, splits_dir / f"{part}.txt", layout)
+        for part in ("train", "test")
+    }
+    has_val = (splits_dir / "val.txt").is_file()
+    if has_val:
+        if val_fraction is not None:
+            raise DatasetError(
+                f"segfolder: {splits_dir / 'val.txt'} gives the validation split; "
+                f"`val_fraction` applies without it (got val_fraction={val_fraction})"
+            )
+        stems["val"] = _read_stems(name, splits_dir / "val.txt", layout)
+    for a, b in (("train", "val"), ("train", "test"), ("val", "test")):
+        shared = sorted(set(stems.get(a, ())) & set(stems.get(b, ())))
+        if shared:
+            raise DatasetError(
+                f"segfolder: {splits_dir}/{a}.txt and {b}.txt share {len(shared)} stems "
+                f"({', '.join(shared[:3])}); the splits must be disjoint"
+            )
+    pairs = {
+        part: [_pair(s, images, masks, root, f"listed in {part}.txt") for s in listed]
+        for part, listed in stems.items()
+    }
+    if has_val:
+        info["val_split"] = str(splits_dir / "val.txt")
+    else:
+        fraction = OFFICIAL_VAL_FRACTION if val_fraction is None else float(val_fraction)
+        train, val = _random_carve(
+            name, len(pairs["train"]), fraction, seed, "validation", "splits/train.txt"
+        )
+        pairs["train"], pairs["val"] = (
+            [pairs["train"][i] for i in train],
+            [pairs["train"][i] for i in val],
+        )
+        info.update(
+            val_split=(
+                f"random {_pct(fraction)} of splits/train.txt ({len(train) + len(val)} "
+                f"images), seed {seed}; not stratified"
+            ),
+            val_fraction=fraction,
+        )
+    info["test_split"] = str(splits_dir / "test.txt")
+    return pairs
+
+
+def _carved_pairs(
+    name: str, root: Path, images: dict[str, Path], masks: dict[str, Path], seed: int,
+    val_fraction: float | None, test_fraction: float | None, info: dict[str, Any],
+) -> dict[str, list[tuple[str, str]]]:
+    """(image, mask) pairs per random split of all images; the descriptions go to `info`."""
+    val_fraction = IMAGEFOLDER_VAL_FRACTION if val_fraction is None else float(val_fraction)
+    test_fraction = IMAGEFOLDER_TEST_FRACTION if test_fraction is None else float(test_fraction)
+    check_fraction_sum(val_fraction, test_fraction)
+    if not images:
+        raise DatasetError(
+            f"segfolder: {root / 'images'}/ holds no .jpg/.jpeg/.png image; expected "
+            f"{SEGFOLDER_LAYOUT}"
+        )
+    everything = [_pair(s, images, masks, root, "found in images/") for s in sorted(images)]
+    rest, test = _random_carve(name, len(everything), test_fraction, seed, "test", "images/")
+    kept, val = _random_carve(
+        name, len(rest), val_fraction / (1.0 - test_fraction), seed, "validation", "images/"
+    )
+    pairs = {
+        "train": [everything[i] for i in rest[kept]],
+        "val": [everything[i] for i in rest[val]],
+        "test": [everything[i] for i in test],
+    }
+    info.update(
+        val_split=(
+            f"random {_pct(val_fraction)} val / {_pct(test_fraction)} test of all "
+            f"{len(everything)} images, seed {seed}; not stratified"
+        ),
+        val_fraction=val_fraction,
+        test_fraction=test_fraction,
+        test_split=f"random {_pct(test_fraction)} of all images, seed {seed}",
+    )
+    return pairs
+
+
 def load_segfolder(
     *,
     seed: int,
@@ -166,80 +258,7 @@ def load_segfolder(
     info: dict[str, Any] = {"data_dir": str(root)}
     splits_dir = root / "splits"
     if splits_dir.is_dir():
-        layout = f"{splits_dir}/train.txt and test.txt (stems; val.txt optional)"
-        if test_fraction is not None:
-            raise DatasetError(
-                f"segfolder: {splits_dir}/ gives the test split; `test_fraction` applies to "
-                f"folders without splits/ (got test_fraction={test_fraction})"
-            )
-        stems = {
-            part: _read_stems(name, splits_dir / f"{part}.txt", layout)
-            for part in ("train", "test")
-        }
-        has_val = (splits_dir / "val.txt").is_file()
-        if has_val:
-            if val_fraction is not None:
-                raise DatasetError(
-                    f"segfolder: {splits_dir / 'val.txt'} gives the validation split; "
-                    f"`val_fraction` applies without it (got val_fraction={val_fraction})"
-                )
-            stems["val"] = _read_stems(name, splits_dir / "val.txt", layout)
-        for a, b in (("train", "val"), ("train", "test"), ("val", "test")):
-            shared = sorted(set(stems.get(a, ())) & set(stems.get(b, ())))
-            if shared:
-                raise DatasetError(
-                    f"segfolder: {splits_dir}/{a}.txt and {b}.txt share {len(shared)} stems "
-                    f"({', '.join(shared[:3])}); the splits must be disjoint"
-                )
-        pairs = {
-            part: [_pair(s, images, masks, root, f"listed in {part}.txt") for s in listed]
-            for part, listed in stems.items()
-        }
-        if has_val:
-            info["val_split"] = str(splits_dir / "val.txt")
-        else:
-            fraction = OFFICIAL_VAL_FRACTION if val_fraction is None else float(val_fraction)
-            train, val = _random_carve(
-                name, len(pairs["train"]), fraction, seed, "validation", "splits/train.txt"
-            )
-            pairs["train"], pairs["val"] = (
-                [pairs["train"][i] for i in train],
-                [pairs["train"][i] for i in val],
-            )
-            info.update(
-                val_split=(
-                    f"random {_pct(fraction)} of splits/train.txt ({len(train) + len(val)} "
-                    f"images), seed {seed}; not stratified"
-                ),
-                val_fraction=fraction,
-            )
-        info["test_split"] = str(splits_dir / "test.txt")
+        pairs = _listed_pairs(name, root, images, masks, seed, val_fraction, test_fraction, info)
     else:
-        val_fraction = IMAGEFOLDER_VAL_FRACTION if val_fraction is None else float(val_fraction)
-        test_fraction = IMAGEFOLDER_TEST_FRACTION if test_fraction is None else float(test_fraction)
-        check_fraction_sum(val_fraction, test_fraction)
-        if not images:
-            raise DatasetError(
-                f"segfolder: {root / 'images'}/ holds no .jpg/.jpeg/.png image; expected "
-                f"{SEGFOLDER_LAYOUT}"
-            )
-        everything = [_pair(s, images, masks, root, "found in images/") for s in sorted(images)]
-        rest, test = _random_carve(name, len(everything), test_fraction, seed, "test", "images/")
-        kept, val = _random_carve(
-            name, len(rest), val_fraction / (1.0 - test_fraction), seed, "validation", "images/"
-        )
-        pairs = {
-            "train": [everything[i] for i in rest[kept]],
-            "val": [everything[i] for i in rest[val]],
-            "test": [everything[i] for i in test],
-        }
-        info.update(
-            val_split=(
-                f"random {_pct(val_fraction)} val / {_pct(test_fraction)} test of all "
-                f"{len(everything)} images, seed {seed}; not stratified"
-            ),
-            val_fraction=val_fraction,
-            test_fraction=test_fraction,
-            test_split=f"random {_pct(test_fraction)} of all images, seed {seed}",
-        )
+        pairs = _carved_pairs(name, root, images, masks, seed, val_fraction, test_fraction, info)
     return _splits(name, pairs, classes=classes, crop_size=crop_size, info=info, verify=verify)

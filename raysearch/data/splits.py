@@ -367,7 +367,23 @@ def class_counts_text(labels: np.ndarray, num_classes: int) -> str:
     return ",".join(str(int(c)) for c in np.bincount(np.asarray(labels), minlength=num_classes))
 
 
-def _split(name: str, index: np.ndarray, labels: np.ndarray, fraction: float, seed: int, what: str):
+def _split(
+    name: str,
+    index: np.ndarray,
+    labels: np.ndarray,
+    fraction: float,
+    seed: int,
+    what: str,
+    *,
+    words: tuple[str, str, str, str] = ("sample", "samples", "class", "classes"),
+    fix: str = "another fraction",
+) -> tuple[np.ndarray, np.ndarray]:
+    """Stratified ``train_test_split`` of `index` holding out `fraction` (a share or a count).
+
+    `words` (item, items, group, groups) and `fix` only word the DatasetError raised when a
+    class is too small to appear on both sides.
+    """
+    item, items, group, groups = words
     try:
         rest, held = train_test_split(
             index, test_size=fraction, stratify=labels[index], random_state=seed
@@ -377,8 +393,8 @@ def _split(name: str, index: np.ndarray, labels: np.ndarray, fraction: float, se
         smallest = int(counts[counts > 0].min()) if (counts > 0).any() else 0
         raise DatasetError(
             f"{name}: cannot carve a stratified {what} split of {fraction:g} from {len(index)} "
-            f"samples of {int((counts > 0).sum())} classes (smallest class: {smallest}): {err}; "
-            "each class needs a sample on both sides: use more samples or another fraction"
+            f"{items} of {int((counts > 0).sum())} {groups} (smallest {group}: {smallest}): "
+            f"{err}; each {group} needs a {item} on both sides: use more {items} or {fix}"
         ) from err
     return np.asarray(rest, dtype=np.int64), np.asarray(held, dtype=np.int64)
 

@@ -67,10 +67,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.model_selection import train_test_split
 from torch.utils.data import TensorDataset
 
-from raysearch.data.splits import DatasetError, DatasetSplits, class_counts_text, long_tail_indices
+from raysearch.data.splits import (
+    DatasetError,
+    DatasetSplits,
+    _split,
+    class_counts_text,
+    long_tail_indices,
+)
 
 __all__ = [
     "KERAS_FILTERS",
@@ -246,20 +251,16 @@ def _carve(
     labels: np.ndarray, pool: np.ndarray, size: int | float, seed: int, what: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """Stratified ``train_test_split`` of `pool` holding out `size` (count or share)."""
-    try:
-        rest, held = train_test_split(
-            pool, test_size=size, stratify=labels[pool], random_state=seed
-        )
-    except ValueError as err:
-        counts = np.bincount(labels[pool]) if len(pool) else np.zeros(0, dtype=np.int64)
-        smallest = int(counts[counts > 0].min()) if (counts > 0).any() else 0
-        raise DatasetError(
-            f"{_NAME}: cannot carve a stratified {what} split of {size:g} from {len(pool)} "
-            f"messages of {int((counts > 0).sum())} groups (smallest group: {smallest}): "
-            f"{err}; each group needs a message on both sides: use more messages or pass "
-            "another `val_fraction` / `test_fraction`"
-        ) from err
-    return np.asarray(rest, dtype=np.int64), np.asarray(held, dtype=np.int64)
+    return _split(
+        _NAME,
+        pool,
+        labels,
+        size,
+        seed,
+        what,
+        words=("message", "messages", "group", "groups"),
+        fix="pass another `val_fraction` / `test_fraction`",
+    )
 
 
 def _train_val(

@@ -250,6 +250,86 @@ def _scan_folder(name: str, directory: Path) -> tuple[list[str], list[tuple[str,
     return classes, samples
 
 
+#: (classes, (train, val, test), info) of one ImageFolder layout
+_Tree = tuple[
+    list[str], tuple[ImageFileDataset, ImageFileDataset, ImageFileDataset], dict[str, Any]
+]
+
+
+def _imagefolder_split_tree(
+    name: str, root: Path, transforms: dict[bool, Any], seed: int,
+    val_fraction: float | None, imbalance_ratio: float | None,
+) -> _Tree:
+    """Classes, (train, val, test) and info of a ``train/`` + ``val/`` tree (val/ = test)."""
+    info: dict[str, Any] = {}
+    val_fraction = _resolve_val_fraction(val_fraction)
+    classes, train_samples = _scan_folder(name, root / "train")
+    test_classes, test_samples = _scan_folder(name, root / "val")
+    if test_classes != classes:
+        missing = sorted(set(classes) - set(test_classes))
+        extra = sorted(set(test_classes) - set(classes))
+        raise DatasetError(
+            f"{name}: the classes of {root / 'val'}/ differ from {root / 'train'}/ "
+            f"(missing in val/: {', '.join(missing[:5]) or 'none'}; "
+            f"not in train/: {', '.join(extra[:5]) or 'none'})"
+        )
+    pool_ds = ImageFileDataset(train_samples, transforms[True])
+    labels = pool_ds.labels
+    train, val, split_info = _official_split_indices(
+        name,
+        labels,
+        len(classes),
+        seed=seed,
+        val_fraction=val_fraction,
+        imbalance_ratio=imbalance_ratio,
+        source="train/ folder",
+    )
+    info.update(split_info, test_split="the val/ folder")
+    train_ds = pool_ds.subset(train)
+    val_ds = ImageFileDataset(pool_ds.subset(val).samples, transforms[False])
+    test_ds = ImageFileDataset(test_samples, transforms[False])
+    return classes, (train_ds, val_ds, test_ds), info
+
+
+def _imagefolder_flat_tree(
+    name: str, root: Path, transforms: dict[bool, Any], seed: int,
+    val_fraction: float | None, test_fraction: float | None, imbalance_ratio: float | None,
+) -> _Tree:
+    """Classes, (train, val, test) and info of a ``<class>/<image>`` tree, split by seed."""
+    info: dict[str, Any] = {}
+    val_fraction = IMAGEFOLDER_VAL_FRACTION if val_fraction is None else float(val_fraction)
+    test_fraction = IMAGEFOLDER_TEST_FRACTION if test_fraction is None else float(test_fraction)
+    check_fraction_sum(val_fraction, test_fraction)
+    classes, samples = _scan_folder(name, root)
+    labels = np.array([label for _, label in samples], dtype=np.int64)
+    train, val, test, pool = three_way_split(
+        name,
+        labels,
+        seed=seed,
+        val_fraction=val_fraction,
+        test_fraction=test_fraction,
+        imbalance_ratio=imbalance_ratio,
+        num_classes=len(classes),
+    )
+    lt = "" if imbalance_ratio is None else f", long-tailed (ratio {imbalance_ratio:g})"
+    info.update(
+        val_split=(
+            f"stratified {_pct(val_fraction)} val / {_pct(test_fraction)} test of all "
+            f"images{lt}, seed {seed}"
+        ),
+        val_fraction=val_fraction,
+        test_fraction=test_fraction,
+        test_split=f"stratified {_pct(test_fraction)} of all images, seed {seed}",
+    )
+    if imbalance_ratio is not None:
+        info["imbalance_ratio"] = float(imbalance_ratio)
+        info["class_counts"] = class_counts_text(labels[pool], len(classes))
+    train_ds = ImageFileDataset([samples[i] for i in train], transforms[True])
+    val_ds = ImageFileDataset([samples[i] for i in val], transforms[False])
+    test_ds = ImageFileDataset([samples[i] for i in test], transforms[False])
+    return classes, (train_ds, val_ds, test_ds), info
+
+
 def load_imagefolder(
     *,
     seed: int,
@@ -317,7 +397,6 @@ def load_imagefolder(
             "(<class>/<image>, or train/<class>/<image> + val/<class>/<image>)"
         )
     has_train, has_val = (root / "train").is_dir(), (root / "val").is_dir()
-    info: dict[str, Any] = {"data_dir": str(root)}
     if has_train or has_val:
         if not (has_train and has_val):
             raise DatasetError(
@@ -326,63 +405,14 @@ def load_imagefolder(
                 "split), a flat tree has only class folders"
             )
         reject_test_fraction(f"{name} {root}/ (train/ + val/)", test_fraction)
-        val_fraction = _resolve_val_fraction(val_fraction)
-        classes, train_samples = _scan_folder(name, root / "train")
-        test_classes, test_samples = _scan_folder(name, root / "val")
-        if test_classes != classes:
-            missing = sorted(set(classes) - set(test_classes))
-            extra = sorted(set(test_classes) - set(classes))
-            raise DatasetError(
-                f"{name}: the classes of {root / 'val'}/ differ from {root / 'train'}/ "
-                f"(missing in val/: {', '.join(missing[:5]) or 'none'}; "
-                f"not in train/: {', '.join(extra[:5]) or 'none'})"
-            )
-        pool_ds = ImageFileDataset(train_samples, transforms[True])
-        labels = pool_ds.labels
-        train, val, split_info = _official_split_indices(
-            name,
-            labels,
-            len(classes),
-            seed=seed,
-            val_fraction=val_fraction,
-            imbalance_ratio=imbalance_ratio,
-            source="train/ folder",
+        classes, (train_ds, val_ds, test_ds), info = _imagefolder_split_tree(
+            name, root, transforms, seed, val_fraction, imbalance_ratio
         )
-        info.update(split_info, test_split="the val/ folder")
-        train_ds = pool_ds.subset(train)
-        val_ds = ImageFileDataset(pool_ds.subset(val).samples, transforms[False])
-        test_ds = ImageFileDataset(test_samples, transforms[False])
     else:
-        val_fraction = IMAGEFOLDER_VAL_FRACTION if val_fraction is None else float(val_fraction)
-        test_fraction = IMAGEFOLDER_TEST_FRACTION if test_fraction is None else float(test_fraction)
-        check_fraction_sum(val_fraction, test_fraction)
-        classes, samples = _scan_folder(name, root)
-        labels = np.array([label for _, label in samples], dtype=np.int64)
-        train, val, test, pool = three_way_split(
-            name,
-            labels,
-            seed=seed,
-            val_fraction=val_fraction,
-            test_fraction=test_fraction,
-            imbalance_ratio=imbalance_ratio,
-            num_classes=len(classes),
+        classes, (train_ds, val_ds, test_ds), info = _imagefolder_flat_tree(
+            name, root, transforms, seed, val_fraction, test_fraction, imbalance_ratio
         )
-        lt = "" if imbalance_ratio is None else f", long-tailed (ratio {imbalance_ratio:g})"
-        info.update(
-            val_split=(
-                f"stratified {_pct(val_fraction)} val / {_pct(test_fraction)} test of all "
-                f"images{lt}, seed {seed}"
-            ),
-            val_fraction=val_fraction,
-            test_fraction=test_fraction,
-            test_split=f"stratified {_pct(test_fraction)} of all images, seed {seed}",
-        )
-        if imbalance_ratio is not None:
-            info["imbalance_ratio"] = float(imbalance_ratio)
-            info["class_counts"] = class_counts_text(labels[pool], len(classes))
-        train_ds = ImageFileDataset([samples[i] for i in train], transforms[True])
-        val_ds = ImageFileDataset([samples[i] for i in val], transforms[False])
-        test_ds = ImageFileDataset([samples[i] for i in test], transforms[False])
+    info = {"data_dir": str(root), **info}
     splits = DatasetSplits(
         train=train_ds,
         val=val_ds,

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from raysearch.models._common import Preset, init_conv_bn
 from raysearch.models.small import _check_image_args
 
 __all__ = ["DenseNet", "DenseNet40", "DenseNetBC100"]
@@ -145,12 +146,7 @@ class DenseNet(nn.Module):
         self.bn = nn.BatchNorm2d(c)
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(c, num_classes)
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
+        init_conv_bn(self)
         nn.init.zeros_(self.fc.bias)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -159,46 +155,21 @@ class DenseNet(nn.Module):
         return self.fc(self.pool(out).flatten(1))
 
 
-class DenseNet40(DenseNet):
+class DenseNet40(Preset, DenseNet):
     """DenseNet (L=40, k=12), 16 initial channels: 1,019,722 parameters for 3x32x32, K=10.
 
     See the module docstring for the 16- versus 24-channel stem and :class:`DenseNet` for the
-    architecture, shapes and errors.
-
-    Args:
-        num_classes (int): number of classes K (>= 2).
-        input_shape (tuple[int, int, int]): (C, H, W) of one sample; H, W >= 8.
+    architecture, arguments (`num_classes`, `input_shape`), shapes and errors.
     """
 
-    def __init__(self, *, num_classes: int, input_shape: Sequence[int]) -> None:
-        super().__init__(
-            depth=40,
-            growth_rate=12,
-            bottleneck=False,
-            compression=1.0,
-            init_channels=16,
-            num_classes=num_classes,
-            input_shape=input_shape,
-        )
+    _preset = dict(depth=40, growth_rate=12, bottleneck=False, compression=1.0, init_channels=16)
 
 
-class DenseNetBC100(DenseNet):
+class DenseNetBC100(Preset, DenseNet):
     """DenseNet-BC (L=100, k=12): 769,162 parameters for 3x32x32, K=10.
 
-    See :class:`DenseNet` for the architecture, shapes and errors.
-
-    Args:
-        num_classes (int): number of classes K (>= 2).
-        input_shape (tuple[int, int, int]): (C, H, W) of one sample; H, W >= 8.
+    See :class:`DenseNet` for the architecture, arguments (`num_classes`, `input_shape`), shapes
+    and errors.
     """
 
-    def __init__(self, *, num_classes: int, input_shape: Sequence[int]) -> None:
-        super().__init__(
-            depth=100,
-            growth_rate=12,
-            bottleneck=True,
-            compression=0.5,
-            init_channels=24,
-            num_classes=num_classes,
-            input_shape=input_shape,
-        )
+    _preset = dict(depth=100, growth_rate=12, bottleneck=True, compression=0.5, init_channels=24)

@@ -53,7 +53,7 @@ import logging
 import os
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,6 +62,8 @@ from urllib.parse import urlparse
 import torch
 from torch import Tensor, nn
 from torch.nn.modules.conv import _ConvNd
+
+from raysearch.models._common import raise_unfit
 
 __all__ = ["PretrainedInfo", "file_sha256", "head_parameter_names", "load_pretrained"]
 
@@ -197,7 +199,7 @@ def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {first_line}"
 
 
-def _keys(keys: list[str]) -> str:
+def _keys(keys: Sequence[str]) -> str:
     shown = ", ".join(keys[:_SHOW])
     return shown + (f" (+{len(keys) - _SHOW} more)" if len(keys) > _SHOW else "")
 
@@ -382,18 +384,15 @@ def load_pretrained(
         else:
             shapes.append(f"{key} {tuple(value.shape)} vs {tuple(want)}")
     missing = [k for k in expected if k not in state and not k.endswith(".num_batches_tracked")]
-    problems = []
-    if unexpected:
-        problems.append(f"unexpected keys: {_keys(unexpected)}")
-    if missing:
-        problems.append(f"missing keys: {_keys(missing)}")
-    if shapes:
-        problems.append(f"shape mismatches (file vs model): {_keys(shapes)}")
-    if problems:
-        raise ValueError(
-            f"pretrained weights in {path} do not fit {type(model).__name__}: "
-            + "; ".join(problems)
-        )
+    raise_unfit(
+        f"pretrained weights in {path} do not fit {type(model).__name__}",
+        [
+            ("unexpected keys: ", unexpected),
+            ("missing keys: ", missing),
+            ("shape mismatches (file vs model): ", shapes),
+        ],
+        _keys,
+    )
 
     result = model.load_state_dict(accepted, strict=False)
     left = [

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from raysearch.models._common import Preset, init_conv_bn
 from raysearch.models.small import _check_image_args
 
 __all__ = ["BasicBlock", "Bottleneck", "ResNet", "ResNet18", "ResNet34", "ResNet50", "ResNet101"]
@@ -105,7 +106,9 @@ class ResNet(nn.Module):
     ``conv3x3(C→64) → BN → ReLU → 4 stages (64, 128, 256, 512 × expansion channels; stride 1,
     2, 2, 2) → global average pool → linear(512 × expansion → K)``. Initialisation as
     torchvision's ResNet: convolutions He (Kaiming) normal with fan-out, batch-norm weight 1
-    and bias 0, the linear layer PyTorch's default.
+    and bias 0, the linear layer PyTorch's default. :class:`ResNet18`, :class:`ResNet34`,
+    :class:`ResNet50` and :class:`ResNet101` are this class with `block`, `layers` and `name`
+    fixed (they take `num_classes` and `input_shape`; shapes and errors are these).
 
     Args:
         block (type[BasicBlock] | type[Bottleneck]): residual block of every stage.
@@ -148,12 +151,7 @@ class ResNet(nn.Module):
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(512 * block.expansion, num_classes)
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
+        init_conv_bn(self)
 
     def forward(self, x: Tensor) -> Tensor:
         """Logits (N, K) of a batch (N, C, H, W)."""
@@ -162,81 +160,25 @@ class ResNet(nn.Module):
         return self.fc(self.pool(out).flatten(1))
 
 
-class ResNet18(ResNet):
-    """ResNet-18 (basic blocks 2-2-2-2): 11,173,962 parameters for 3x32x32, K=10.
+class ResNet18(Preset, ResNet):
+    """ResNet-18 (basic blocks 2-2-2-2): 11,173,962 parameters for 3x32x32, K=10."""
 
-    See :class:`ResNet` for the architecture, shapes and errors.
-
-    Args:
-        num_classes (int): number of classes K (>= 2).
-        input_shape (tuple[int, int, int]): (C, H, W) of one sample; H, W >= 8.
-    """
-
-    def __init__(self, *, num_classes: int, input_shape: Sequence[int]) -> None:
-        super().__init__(
-            block=BasicBlock,
-            layers=(2, 2, 2, 2),
-            num_classes=num_classes,
-            input_shape=input_shape,
-            name="resnet18",
-        )
+    _preset = {"block": BasicBlock, "layers": (2, 2, 2, 2), "name": "resnet18"}
 
 
-class ResNet34(ResNet):
-    """ResNet-34 (basic blocks 3-4-6-3): 21,282,122 parameters for 3x32x32, K=10.
+class ResNet34(Preset, ResNet):
+    """ResNet-34 (basic blocks 3-4-6-3): 21,282,122 parameters for 3x32x32, K=10."""
 
-    See :class:`ResNet` for the architecture, shapes and errors.
-
-    Args:
-        num_classes (int): number of classes K (>= 2).
-        input_shape (tuple[int, int, int]): (C, H, W) of one sample; H, W >= 8.
-    """
-
-    def __init__(self, *, num_classes: int, input_shape: Sequence[int]) -> None:
-        super().__init__(
-            block=BasicBlock,
-            layers=(3, 4, 6, 3),
-            num_classes=num_classes,
-            input_shape=input_shape,
-            name="resnet34",
-        )
+    _preset = {"block": BasicBlock, "layers": (3, 4, 6, 3), "name": "resnet34"}
 
 
-class ResNet50(ResNet):
-    """ResNet-50 (bottlenecks 3-4-6-3): 23,520,842 parameters for 3x32x32, K=10.
+class ResNet50(Preset, ResNet):
+    """ResNet-50 (bottlenecks 3-4-6-3): 23,520,842 parameters for 3x32x32, K=10."""
 
-    See :class:`ResNet` for the architecture, shapes and errors.
-
-    Args:
-        num_classes (int): number of classes K (>= 2).
-        input_shape (tuple[int, int, int]): (C, H, W) of one sample; H, W >= 8.
-    """
-
-    def __init__(self, *, num_classes: int, input_shape: Sequence[int]) -> None:
-        super().__init__(
-            block=Bottleneck,
-            layers=(3, 4, 6, 3),
-            num_classes=num_classes,
-            input_shape=input_shape,
-            name="resnet50",
-        )
+    _preset = {"block": Bottleneck, "layers": (3, 4, 6, 3), "name": "resnet50"}
 
 
-class ResNet101(ResNet):
-    """ResNet-101 (bottlenecks 3-4-23-3): 42,512,970 parameters for 3x32x32, K=10.
+class ResNet101(Preset, ResNet):
+    """ResNet-101 (bottlenecks 3-4-23-3): 42,512,970 parameters for 3x32x32, K=10."""
 
-    See :class:`ResNet` for the architecture, shapes and errors.
-
-    Args:
-        num_classes (int): number of classes K (>= 2).
-        input_shape (tuple[int, int, int]): (C, H, W) of one sample; H, W >= 8.
-    """
-
-    def __init__(self, *, num_classes: int, input_shape: Sequence[int]) -> None:
-        super().__init__(
-            block=Bottleneck,
-            layers=(3, 4, 23, 3),
-            num_classes=num_classes,
-            input_shape=input_shape,
-            name="resnet101",
-        )
+    _preset = {"block": Bottleneck, "layers": (3, 4, 23, 3), "name": "resnet101"}

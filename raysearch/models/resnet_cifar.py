@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from raysearch.models._common import Preset, init_conv_bn
 from raysearch.models.small import _check_image_args
 
 __all__ = [
@@ -153,6 +154,8 @@ class CifarResNet(nn.Module):
     2) → global average pool → linear(64 → K)``. Initialisation: convolutions He (Kaiming)
     normal with fan-out (He et al. 2015, as in the authors' fb.resnet.torch and torchvision),
     batch-norm weight 1 and bias 0, the linear layer PyTorch's default.
+    :class:`ResNet20`, :class:`ResNet32`, :class:`ResNet56` and :class:`ResNet110` are this
+    class with `depth` fixed (their arguments, shapes and errors are these).
 
     Args:
         depth (int): number of weighted layers, 6n + 2 with n >= 1 (20, 32, 44, 56, 110, ...).
@@ -198,12 +201,7 @@ class CifarResNet(nn.Module):
         self.blocks = nn.Sequential(*blocks)
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(64, num_classes)
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
+        init_conv_bn(self)
 
     def forward(self, x: Tensor) -> Tensor:
         """Logits (N, K) of a batch (N, C, H, W)."""
@@ -212,44 +210,28 @@ class CifarResNet(nn.Module):
         return self.fc(out.flatten(1))
 
 
-class ResNet20(CifarResNet):
-    """ResNet-20 (n = 3): 269,722 parameters for 3x32x32, K=10 (published 0.27M).
+class ResNet20(Preset, CifarResNet):
+    """ResNet-20 (n = 3): 269,722 parameters for 3x32x32, K=10 (published 0.27M)."""
 
-    See :class:`CifarResNet` for the architecture, arguments, shapes and errors.
-    """
-
-    def __init__(self, *, num_classes: int, input_shape: Sequence[int]) -> None:
-        super().__init__(depth=20, num_classes=num_classes, input_shape=input_shape)
+    _preset = {"depth": 20}
 
 
-class ResNet32(CifarResNet):
-    """ResNet-32 (n = 5): 464,154 parameters for 3x32x32, K=10 (published 0.46M).
+class ResNet32(Preset, CifarResNet):
+    """ResNet-32 (n = 5): 464,154 parameters for 3x32x32, K=10 (published 0.46M)."""
 
-    See :class:`CifarResNet` for the architecture, arguments, shapes and errors.
-    """
-
-    def __init__(self, *, num_classes: int, input_shape: Sequence[int]) -> None:
-        super().__init__(depth=32, num_classes=num_classes, input_shape=input_shape)
+    _preset = {"depth": 32}
 
 
-class ResNet56(CifarResNet):
-    """ResNet-56 (n = 9): 853,018 parameters for 3x32x32, K=10 (published 0.85M).
+class ResNet56(Preset, CifarResNet):
+    """ResNet-56 (n = 9): 853,018 parameters for 3x32x32, K=10 (published 0.85M)."""
 
-    See :class:`CifarResNet` for the architecture, arguments, shapes and errors.
-    """
-
-    def __init__(self, *, num_classes: int, input_shape: Sequence[int]) -> None:
-        super().__init__(depth=56, num_classes=num_classes, input_shape=input_shape)
+    _preset = {"depth": 56}
 
 
-class ResNet110(CifarResNet):
-    """ResNet-110 (n = 18): 1,727,962 parameters for 3x32x32, K=10 (published 1.7M).
+class ResNet110(Preset, CifarResNet):
+    """ResNet-110 (n = 18): 1,727,962 parameters for 3x32x32, K=10 (published 1.7M)."""
 
-    See :class:`CifarResNet` for the architecture, arguments, shapes and errors.
-    """
-
-    def __init__(self, *, num_classes: int, input_shape: Sequence[int]) -> None:
-        super().__init__(depth=110, num_classes=num_classes, input_shape=input_shape)
+    _preset = {"depth": 110}
 
 
 class ResNet110SD(CifarResNet):

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from raysearch.models._common import raise_unfit
 from raysearch.models.small import _check_image_args
 
 __all__ = [
@@ -187,16 +188,7 @@ class DeepLabV3ResNet101(_TorchvisionSegmentation):
     num_classes=K, aux_loss=False)``; the head is that of :class:`DeepLabV3ResNet50`.
     58,630,997 parameters for K = 21.
 
-    Args:
-        num_classes (int): number of classes K (>= 2).
-        input_shape (tuple[int, int, int]): (3, H, W) of one sample; H, W >= 32.
-
-    Shape:
-        x: (N, 3, H, W) float; returns logits (N, K, H, W) float.
-
-    Raises:
-        TypeError: if `num_classes` is not an int.
-        ValueError: if `num_classes` < 2, C != 3 or H, W < 32.
+    Arguments, shapes and errors: as :class:`DeepLabV3ResNet50`.
     """
 
     _name = "deeplabv3_resnet101"
@@ -210,16 +202,7 @@ class FCNResNet50(_TorchvisionSegmentation):
     (3x3 conv 2048 -> 512, BN, ReLU, dropout 0.1, 1x1 conv to K). 32,957,013 parameters for
     K = 21.
 
-    Args:
-        num_classes (int): number of classes K (>= 2).
-        input_shape (tuple[int, int, int]): (3, H, W) of one sample; H, W >= 32.
-
-    Shape:
-        x: (N, 3, H, W) float; returns logits (N, K, H, W) float.
-
-    Raises:
-        TypeError: if `num_classes` is not an int.
-        ValueError: if `num_classes` < 2, C != 3 or H, W < 32.
+    Arguments, shapes and errors: as :class:`DeepLabV3ResNet50`.
     """
 
     _name = "fcn_resnet50"
@@ -235,16 +218,7 @@ class LRASPPMobileNetV3Large(_TorchvisionSegmentation):
     3,221,538 parameters for K = 21. ImageNet checkpoints of ``mobilenet_v3_large`` load with
     :func:`load_backbone_weights` (keys ``features.*``; ``classifier.*`` dropped).
 
-    Args:
-        num_classes (int): number of classes K (>= 2).
-        input_shape (tuple[int, int, int]): (3, H, W) of one sample; H, W >= 32.
-
-    Shape:
-        x: (N, 3, H, W) float; returns logits (N, K, H, W) float.
-
-    Raises:
-        TypeError: if `num_classes` is not an int.
-        ValueError: if `num_classes` < 2, C != 3 or H, W < 32.
+    Arguments, shapes and errors: as :class:`DeepLabV3ResNet50`.
     """
 
     _name = "lraspp_mobilenet_v3_large"
@@ -294,16 +268,7 @@ class DeepLabV3ResNet34(SegmentationModel):
     shapes stay those of ``resnet34``, whose ImageNet weights load with
     :func:`load_backbone_weights`.
 
-    Args:
-        num_classes (int): number of classes K (>= 2).
-        input_shape (tuple[int, int, int]): (3, H, W) of one sample; H, W >= 32.
-
-    Shape:
-        x: (N, 3, H, W) float; returns logits (N, K, H, W) float.
-
-    Raises:
-        TypeError: if `num_classes` is not an int.
-        ValueError: if `num_classes` < 2, C != 3 or H, W < 32.
+    Arguments, shapes and errors: as :class:`DeepLabV3ResNet50`.
     """
 
     _checkpoint_prefix = ""
@@ -441,17 +406,14 @@ def load_backbone_weights(model: nn.Module, path: str | os.PathLike[str]) -> Bac
         for k, v in mapped.items()
         if k in expected and v.shape != expected[k].shape
     ]
-    problems = []
-    if unexpected:
-        problems.append(f"unexpected keys {_keys(unexpected)}")
-    if missing:
-        problems.append(f"missing keys {_keys(missing)}")
-    if shapes:
-        problems.append(f"shape mismatches (file vs model) {_keys(shapes)}")
-    if problems:
-        raise ValueError(
-            f"backbone weights in {path} do not fit {type(model).__name__}.backbone: "
-            + "; ".join(problems)
-        )
+    raise_unfit(
+        f"backbone weights in {path} do not fit {type(model).__name__}.backbone",
+        [
+            ("unexpected keys ", unexpected),
+            ("missing keys ", missing),
+            ("shape mismatches (file vs model) ", shapes),
+        ],
+        _keys,
+    )
     model.backbone.load_state_dict(mapped, strict=False)
     return BackboneLoadSummary(path=path, loaded=len(mapped), ignored=tuple(ignored))

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from raysearch.models._common import init_conv_bn
 from raysearch.models.small import _check_image_args
 
 __all__ = ["WRN28_10", "WideResNet"]
@@ -98,12 +99,7 @@ class WideResNet(nn.Module):
         self.bn = nn.BatchNorm2d(in_channels)
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(in_channels, num_classes)
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
+        init_conv_bn(self)
         nn.init.zeros_(self.fc.bias)
 
     def forward(self, x: Tensor) -> Tensor:
