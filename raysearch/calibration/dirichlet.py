@@ -30,11 +30,11 @@ Choices, and where they differ from the released code:
   of [W | b], so both describe the same maps, but ODIR then penalises the differences);
 * start: W = I, b = 0, where :math:`q = \mathrm{softmax}(\ln p) = p`, the uncalibrated
   probabilities (the released ``initializer='identity'``);
-* optimiser: scipy L-BFGS-B with the analytic gradient (``max_iter`` iterations, ``gtol``
-  1e-7, ``ftol`` 1e-12) on standardised features (an exact change of variables), with ODIR
-  taken at the best of the K + 1 parameter directions that leave the map unchanged (the
-  result is that representative, the minimiser of the objective plus ODIR itself), for every
-  K (the released code uses Newton steps for K <= 36 and L-BFGS-B above);
+* optimiser: scipy L-BFGS-B with the gradient by torch autograd in float64 (``max_iter``
+  iterations, ``gtol`` 1e-7, ``ftol`` 1e-12) on standardised features (an exact change of
+  variables), with ODIR taken at the best of the K + 1 parameter directions that leave the
+  map unchanged (the result is that representative, the minimiser of the objective plus ODIR
+  itself), for every K (the released code uses Newton steps for K <= 36 and L-BFGS-B above);
 * λ and μ: Kull et al. choose them per data set by cross-validated log-loss on the
   calibration set over log-spaced grids; no single value is published. The defaults here are
   ``reg_lambda = reg_mu = 1e-2``, a mild penalty in the middle of such grids; sweep them
@@ -47,8 +47,10 @@ import logging
 from typing import Any
 
 import numpy as np
+import torch
 from scipy import optimize
 
+from raysearch.calibration._autograd import value_and_grad
 from raysearch.calibration.base import (
     Calibrator,
     log_softmax,
@@ -63,10 +65,17 @@ __all__ = ["DirichletCalibration", "odir_penalty"]
 logger = logging.getLogger(__name__)
 
 
+def _odir(w: torch.Tensor, b: torch.Tensor, reg_lambda: float, reg_mu: float) -> torch.Tensor:
+    """ODIR of (K, K) W and (K,) b as a 0-d tensor (:func:`odir_penalty`, differentiable)."""
+    k = w.shape[0]
+    off = w * (1.0 - torch.eye(k, dtype=w.dtype))
+    return reg_lambda / (k * (k - 1)) * (off * off).sum() + reg_mu / k * (b @ b)
+
+
 def odir_penalty(
     weights: Any, intercept: Any, reg_lambda: float, reg_mu: float
 ) -> tuple[float, np.ndarray, np.ndarray]:
-    r"""ODIR of Kull et al. (NeurIPS 2019, Sec. 3) and its gradient.
+    r"""ODIR of Kull et al. (NeurIPS 2019, Sec. 3) and its gradient (torch autograd).
 
     .. math::
 
@@ -96,46 +105,31 @@ def odir_penalty(
     k = w.shape[0]
     if b.shape != (k,):
         raise ValueError(f"`intercept` must have shape ({k},) to match `weights`, got {b.shape}")
-    off = w.copy()
-    np.fill_diagonal(off, 0.0)
-    scale_w = reg_lambda / (k * (k - 1))
-    scale_b = reg_mu / k
-    value = scale_w * float(np.sum(off * off)) + scale_b * float(b @ b)
-    return value, 2.0 * scale_w * off, 2.0 * scale_b * b
+    value, grad = value_and_grad(
+        lambda t: _odir(t[: k * k].reshape(k, k), t[k * k :], reg_lambda, reg_mu),
+        np.concatenate([w.ravel(), b]),
+    )
+    return value, grad[: k * k].reshape(k, k), grad[k * k :]
 
 
-def _representative(weights: np.ndarray, intercept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _representative(
+    weights: torch.Tensor, intercept: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     r"""The (W + 1 v^T, b + c 1) of least ODIR; it gives the same map as (W, b).
 
     softmax ignores a vector added to every row of [W | b] (every output gains
     :math:`v^\top \ln p + c`). ODIR is smallest at :math:`v_j = -\mathrm{mean}_{i \ne j}
     w_{ij}` (every column's off-diagonal entries sum to 0) and :math:`c = -\mathrm{mean}_j b_j`.
+
+    The fit minimises the objective plus the ODIR of this representative: both are unchanged
+    along the K + 1 directions that leave the map unchanged, so L-BFGS-B never crawls along
+    them (ODIR alone bends them only by λ / (K (K - 1)), a very ill-conditioned problem), and
+    the minimiser's representative is the minimiser of the objective plus ODIR itself.
+    Differentiable (torch).
     """
     k = weights.shape[0]
-    off = ~np.eye(k, dtype=bool)
-    v = -np.where(off, weights, 0.0).sum(axis=0) / (k - 1)
-    return weights + v[None, :], intercept - intercept.mean()
-
-
-def _reduced_odir(
-    weights: np.ndarray, intercept: np.ndarray, reg_lambda: float, reg_mu: float
-) -> tuple[float, np.ndarray, np.ndarray]:
-    """ODIR of :func:`_representative` (W, b), and its gradient with respect to (W, b).
-
-    The fit minimises the objective plus this: both are unchanged along the K + 1 directions
-    that leave the map unchanged, so L-BFGS-B never crawls along them (ODIR alone bends them
-    only by λ / (K (K - 1)), a very ill-conditioned problem), and the minimiser's
-    representative is the minimiser of the objective plus ODIR itself. Per column j with
-    off-diagonal entries o (K - 1 of them): sum (o - mean o)^2; intercepts: sum (b - mean b)^2.
-    """
-    k = weights.shape[0]
-    off = ~np.eye(k, dtype=bool)
-    centred = np.where(off, weights - np.where(off, weights, 0.0).sum(axis=0) / (k - 1), 0.0)
-    b_centred = intercept - intercept.mean()
-    scale_w = reg_lambda / (k * (k - 1))
-    scale_b = reg_mu / k
-    value = scale_w * float(np.sum(centred * centred)) + scale_b * float(b_centred @ b_centred)
-    return value, 2.0 * scale_w * centred, 2.0 * scale_b * b_centred
+    off_sums = (weights * (1.0 - torch.eye(k, dtype=weights.dtype))).sum(dim=0)
+    return weights - off_sums[None, :] / (k - 1), intercept - intercept.mean()
 
 
 class DirichletCalibration(Calibrator):
@@ -199,11 +193,7 @@ class DirichletCalibration(Calibrator):
 
     @property
     def intercept(self) -> np.ndarray:
-        """The fitted (K,) intercepts b, a copy.
-
-        Raises:
-            RuntimeError: if called before ``fit``.
-        """
+        """The fitted (K,) intercepts b, a copy (raises as :attr:`weights` before ``fit``)."""
         self._check_fitted()
         return self._intercept.copy()
 
@@ -224,21 +214,24 @@ class DirichletCalibration(Calibrator):
         mean: np.ndarray,
         std: np.ndarray,
     ) -> tuple[float, np.ndarray]:
-        """Objective + reduced ODIR and its gradient in the standardised parameters.
+        """Objective + ODIR of the representative, and its gradient (autograd) in theta.
 
         theta = (V.ravel(), c) acts on the standardised features x_std = (ln p - m) / s:
         V x_std + c = W ln p + b with W = V / s (column-wise) and b = c - W m. The same
         function of (W, b), better conditioned for L-BFGS-B (ln p of confident networks
-        spans tens of nats). ODIR is that of the best representative (:func:`_reduced_odir`).
+        spans tens of nats). ODIR is that of the best representative (:func:`_representative`).
         """
         k = x_std.shape[1]
-        v, c = theta[: k * k].reshape(k, k), theta[k * k :]
-        value, grad_u = self.objective.value_and_grad_logits(x_std @ v.T + c, y, class_coef)
-        w = v / std[None, :]
-        penalty, grad_w, grad_b = _reduced_odir(w, c - w @ mean, self.reg_lambda, self.reg_mu)
-        grad_v = grad_u.T @ x_std + (grad_w - grad_b[:, None] * mean[None, :]) / std[None, :]
-        grad = np.concatenate([grad_v.ravel(), grad_u.sum(axis=0) + grad_b])
-        return value + penalty, grad
+        objective_fn = self.objective.torch_objective(y, class_coef)
+        x_t, mean_t, std_t = (torch.from_numpy(a) for a in (x_std, mean, std))
+
+        def total(t: torch.Tensor) -> torch.Tensor:
+            v, c = t[: k * k].reshape(k, k), t[k * k :]
+            w = v / std_t[None, :]
+            penalty = _odir(*_representative(w, c - w @ mean_t), self.reg_lambda, self.reg_mu)
+            return objective_fn(torch.log_softmax(x_t @ v.T + c, dim=1)) + penalty
+
+        return value_and_grad(total, theta)
 
     # ---------------------------------------------------------------- hooks
 
@@ -275,7 +268,10 @@ class DirichletCalibration(Calibrator):
         )
         v, c = result.x[: k * k].reshape(k, k), result.x[k * k :]
         weights = v / std[None, :]
-        self._weights, self._intercept = _representative(weights, c - weights @ mean)
+        representative = _representative(
+            torch.from_numpy(weights), torch.from_numpy(c - weights @ mean)
+        )
+        self._weights, self._intercept = (a.numpy() for a in representative)
         self.fit_info_ = {
             "success": bool(result.success),
             "message": str(result.message),

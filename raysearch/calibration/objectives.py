@@ -30,21 +30,28 @@ the samples labelled i (``sbece``: the SB-ECE of those samples); classes without
 skipped. :meth:`CalibrationObjective.class_losses` returns the K values :math:`L_i` (Jung et al.,
 Eq. 3, as a per-class mean; see :mod:`raysearch.calibration.classwise`).
 
-Each per-sample objective carries analytic NumPy gradients with respect to the logits (softmax
-chain rule, for CTS), the probabilities (for ETS's weights) and the inverse temperature of a
-scalar temperature (for TS, from row statistics only), plus a torch version (for PTS); the
-tests check them against torch autograd.
+Each objective is written once, in torch (float64), as a function of the (N, K)
+log-probabilities (:meth:`CalibrationObjective.torch_value`; a per-sample objective defines only
+its per-sample loss). The calibrators fitted by scipy compose it
+(:meth:`CalibrationObjective.torch_objective`) with their own map (the log-temperature of TS,
+with the second derivative for its Newton iteration; the K temperatures of CTS; ETS's mixture
+weights; the Dirichlet map) and take the gradient by torch autograd
+(:func:`raysearch.calibration._autograd.value_and_grad`); no gradient is written by hand.
+:meth:`CalibrationObjective.value_and_grad_logits` and ``value_and_grad_probs`` give it with
+respect to the logits and the probabilities. The values of ``sbece`` and ``hbece`` come from
+NumPy (the derivative-free TS searches evaluate them often); those of the per-sample objectives
+are the torch function without gradient.
 """
 
 import inspect
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
+from raysearch.calibration._autograd import value_and_grad
 from raysearch.calibration._checks import (
-    log_softmax,
     validate_choice,
     validate_int,
     validate_number,
@@ -63,7 +70,6 @@ __all__ = [
     "MeanSquaredError",
     "NegativeLogLikelihood",
     "SoftBinnedECE",
-    "TemperatureStats",
     "build_objective",
     "objective_parameters",
 ]
@@ -76,87 +82,26 @@ _EMPTY_BIN = 1e-12
 SB_BINNINGS = ("bin", "lb")
 
 
-@dataclass
-class TemperatureStats:
-    r"""Row statistics of :math:`p = \mathrm{softmax}(\beta z_s)` for a scalar temperature.
-
-    ``z_s`` are the logits shifted so that every row's maximum is 0, and
-    :math:`\beta = 1/T`; with :math:`e = \exp(\beta z_s)` and :math:`S_0 = \sum_k e_k`:
-
-    Attributes:
-        beta: inverse temperature.
-        log_s0: (N,) :math:`\log S_0` (>= 0, the top logit contributes 1).
-        mean_z: (N,) :math:`E_p[z_s] = \sum_k e_k z_{s,k} / S_0`.
-        z_true: (N,) :math:`z_{s,y}`.
-        z_avg: (N,) :math:`\frac{1}{K}\sum_k z_{s,k}`.
-        correct: (N,) bool, argmax (first on ties) equals the label.
-        sum_p2: (N,) :math:`\sum_k p_k^2` or None when not needed.
-        sum_p2_z: (N,) :math:`\sum_k p_k^2 z_{s,k}` or None.
-        mean_z2: (N,) :math:`E_p[z_s^2]` or None (for the curvature of ``nll``/``ls``).
-    """
-
-    beta: float
-    log_s0: np.ndarray
-    mean_z: np.ndarray
-    z_true: np.ndarray
-    z_avg: np.ndarray
-    correct: np.ndarray
-    sum_p2: np.ndarray | None = None
-    sum_p2_z: np.ndarray | None = None
-    mean_z2: np.ndarray | None = None
-
-    @property
-    def log_p_true(self) -> np.ndarray:
-        """(N,) log-probability of the label."""
-        return self.beta * self.z_true - self.log_s0
-
-    @property
-    def confidence(self) -> np.ndarray:
-        """(N,) top-1 probability, 1 / S_0 (the top shifted logit is 0)."""
-        return np.exp(-self.log_s0)
-
-
 def _class_counts(labels: np.ndarray, n_classes: int) -> np.ndarray:
     return np.bincount(labels, minlength=n_classes)
-
-
-def _sample_weights(labels: np.ndarray, class_coef: np.ndarray | None) -> np.ndarray:
-    """Weights v_n with sum_n v_n l_n = the objective's reduction (module docstring).
-
-    None: v_n = 1/N. Class coefficients c (K,): v_n = c_{y_n} / |D_{y_n}|.
-    """
-    n = labels.shape[0]
-    if class_coef is None:
-        return np.full(n, 1.0 / n)
-    n_classes = int(np.shape(class_coef)[0])
-    counts = _class_counts(labels, n_classes)
-    per_class = np.divide(
-        np.asarray(class_coef, dtype=np.float64),
-        counts,
-        out=np.zeros(n_classes),
-        where=counts > 0,
-    )
-    return per_class[labels]
 
 
 class CalibrationObjective:
     """Base class of the calibration objectives (see the module docstring for reductions).
 
+    Subclasses define :meth:`torch_value` and :meth:`torch_class_losses` (or, as a mean of
+    per-sample losses, only ``torch_per_sample``); values and gradients follow from them.
+
     Class attributes:
         name: registry name of the objective.
-        differentiable: whether TS gets an analytic derivative (else a derivative-free search).
+        differentiable: whether TS uses its derivative (else a derivative-free search).
         convex_in_inverse_temperature: whether the TS objective is convex in 1/T (one minimum:
-            TS then skips the coarse grid).
-        needs_squares: whether :class:`TemperatureStats` must carry the squared terms.
-        has_temperature_curvature: whether :meth:`temperature_curvature` is implemented (TS
-            then runs a safeguarded Newton iteration).
+            TS then runs a safeguarded Newton iteration instead of a coarse grid).
     """
 
     name: ClassVar[str] = ""
     differentiable: ClassVar[bool] = True
     convex_in_inverse_temperature: ClassVar[bool] = False
-    needs_squares: ClassVar[bool] = False
-    has_temperature_curvature: ClassVar[bool] = False
 
     @property
     def params(self) -> dict[str, Any]:
@@ -167,54 +112,7 @@ class CalibrationObjective:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
         return f"{type(self).__name__}({args})"
 
-    # Values ------------------------------------------------------------------------------
-
-    def class_losses(self, log_p: np.ndarray, labels: np.ndarray, n_classes: int) -> np.ndarray:
-        """Per-class objective L_i (mean over the samples of class i; NaN for empty classes).
-
-        Args:
-            log_p: (N, K) log-probabilities.
-            labels: (N,) labels in [0, K).
-            n_classes: K.
-
-        Returns:
-            (K,) float64.
-        """
-        raise NotImplementedError
-
-    def value(
-        self, log_p: np.ndarray, labels: np.ndarray, class_coef: np.ndarray | None = None
-    ) -> float:
-        """The objective of log-probabilities (N, K), reduced as in the module docstring."""
-        raise NotImplementedError
-
-    # Gradients ---------------------------------------------------------------------------
-
-    def value_and_grad_logits(
-        self, z: np.ndarray, labels: np.ndarray, class_coef: np.ndarray | None = None
-    ) -> tuple[float, np.ndarray]:
-        """Objective of ``softmax(z)`` and its gradient with respect to the logits ``z``."""
-        raise NotImplementedError
-
-    def value_and_grad_probs(
-        self, p: np.ndarray, labels: np.ndarray, class_coef: np.ndarray | None = None
-    ) -> tuple[float, np.ndarray]:
-        """Objective of probabilities ``p`` (N, K) and its gradient with respect to ``p``."""
-        raise NotImplementedError
-
-    def temperature_value_and_grad(
-        self, stats: TemperatureStats, labels: np.ndarray, class_coef: np.ndarray | None
-    ) -> tuple[float, float]:
-        """Objective of ``softmax(beta * z_s)`` and its derivative in beta (NaN if none)."""
-        raise NotImplementedError
-
-    def temperature_curvature(
-        self, stats: TemperatureStats, labels: np.ndarray, class_coef: np.ndarray | None
-    ) -> float:
-        """Second derivative of the objective of ``softmax(beta * z_s)`` in beta."""
-        raise NotImplementedError
-
-    # Torch -------------------------------------------------------------------------------
+    # Torch: the definition -----------------------------------------------------------------
 
     def torch_class_losses(
         self, log_p: torch.Tensor, labels: torch.Tensor, n_classes: int
@@ -231,71 +129,73 @@ class CalibrationObjective:
         """Differentiable objective of log-probabilities (N, K), a scalar tensor."""
         raise NotImplementedError
 
+    def torch_objective(
+        self, labels: np.ndarray, class_coef: np.ndarray | None = None
+    ) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The objective as a function of (N, K) float64 log-probabilities, for autograd.
+
+        Args:
+            labels: (N,) labels in [0, K).
+            class_coef: (K,) class coefficients or None (module docstring).
+
+        Returns:
+            ``log_p -> torch_value(log_p, labels, class_coef)``, a 0-d float64 tensor.
+        """
+        y = torch.as_tensor(np.asarray(labels), dtype=torch.int64)
+        coef = None if class_coef is None else torch.as_tensor(class_coef, dtype=torch.float64)
+        return lambda log_p: self.torch_value(log_p, y, coef)
+
+    # Values ------------------------------------------------------------------------------
+
+    def class_losses(self, log_p: np.ndarray, labels: np.ndarray, n_classes: int) -> np.ndarray:
+        """Per-class objective L_i (mean over the samples of class i; NaN for empty classes).
+
+        Args:
+            log_p: (N, K) log-probabilities.
+            labels: (N,) labels in [0, K).
+            n_classes: K.
+
+        Returns:
+            (K,) float64.
+        """
+        y = torch.as_tensor(np.asarray(labels), dtype=torch.int64)
+        with torch.no_grad():
+            losses = self.torch_class_losses(
+                torch.as_tensor(log_p, dtype=torch.float64), y, n_classes
+            ).numpy()
+        return np.where(_class_counts(labels, n_classes) > 0, losses, np.nan)
+
+    def value(
+        self, log_p: np.ndarray, labels: np.ndarray, class_coef: np.ndarray | None = None
+    ) -> float:
+        """The objective of log-probabilities (N, K), reduced as in the module docstring."""
+        with torch.no_grad():
+            log_p_t = torch.as_tensor(log_p, dtype=torch.float64)
+            return self.torch_objective(labels, class_coef)(log_p_t).item()
+
+    # Gradients (autograd) ----------------------------------------------------------------
+
+    def value_and_grad_logits(
+        self, z: np.ndarray, labels: np.ndarray, class_coef: np.ndarray | None = None
+    ) -> tuple[float, np.ndarray]:
+        """Objective of ``softmax(z)`` and its (N, K) gradient with respect to the logits ``z``."""
+        objective = self.torch_objective(labels, class_coef)
+        return value_and_grad(lambda x: objective(torch.log_softmax(x, dim=1)), z)
+
+    def value_and_grad_probs(
+        self, p: np.ndarray, labels: np.ndarray, class_coef: np.ndarray | None = None
+    ) -> tuple[float, np.ndarray]:
+        """Objective of probabilities ``p`` (N, K) and its gradient with respect to ``p``."""
+        objective = self.torch_objective(labels, class_coef)
+        return value_and_grad(lambda q: objective(q.clamp_min(_TINY).log()), p)
+
 
 class _PerSampleObjective(CalibrationObjective):
     """An objective that is a mean of per-sample losses l(p_n, y_n)."""
 
-    # Subclass API: per-sample values and analytic gradients.
-    def per_sample(self, log_p: np.ndarray, p: np.ndarray, labels: np.ndarray) -> np.ndarray:
-        """(N,) losses."""
-        raise NotImplementedError
-
-    def grad_logits(self, log_p: np.ndarray, p: np.ndarray, labels: np.ndarray) -> np.ndarray:
-        """(N, K) d l_n / d z_n for p = softmax(z); may overwrite ``p``."""
-        raise NotImplementedError
-
-    def grad_probs(self, log_p: np.ndarray, p: np.ndarray, labels: np.ndarray) -> np.ndarray:
-        """(N, K) d l_n / d p_n."""
-        raise NotImplementedError
-
-    def temperature_terms(self, stats: TemperatureStats) -> tuple[np.ndarray, np.ndarray]:
-        """(N,) losses and (N,) derivatives in beta, from row statistics."""
-        raise NotImplementedError
-
     def torch_per_sample(self, log_p: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """(N,) differentiable losses."""
+        """(N,) differentiable losses of (N, K) log-probabilities (the subclass's definition)."""
         raise NotImplementedError
-
-    # Reductions.
-    def class_losses(self, log_p: np.ndarray, labels: np.ndarray, n_classes: int) -> np.ndarray:  # noqa: D102
-        losses = self.per_sample(log_p, np.exp(log_p), labels)
-        counts = _class_counts(labels, n_classes)
-        sums = np.bincount(labels, weights=losses, minlength=n_classes)
-        return np.divide(sums, counts, out=np.full(n_classes, np.nan), where=counts > 0)
-
-    def value(self, log_p, labels, class_coef=None):  # noqa: D102
-        weights = _sample_weights(labels, class_coef)
-        return float(weights @ self.per_sample(log_p, np.exp(log_p), labels))
-
-    def value_and_grad_logits(self, z, labels, class_coef=None):  # noqa: D102
-        log_p = log_softmax(z)
-        p = np.exp(log_p)
-        weights = _sample_weights(labels, class_coef)
-        value = float(weights @ self.per_sample(log_p, p, labels))
-        grad = self.grad_logits(log_p, p, labels)
-        grad *= weights[:, None]
-        return value, grad
-
-    def value_and_grad_probs(self, p, labels, class_coef=None):  # noqa: D102
-        p = np.maximum(p, _TINY)
-        log_p = np.log(p)
-        weights = _sample_weights(labels, class_coef)
-        value = float(weights @ self.per_sample(log_p, p, labels))
-        grad = self.grad_probs(log_p, p, labels)
-        grad *= weights[:, None]
-        return value, grad
-
-    def temperature_value_and_grad(self, stats, labels, class_coef):  # noqa: D102
-        losses, derivatives = self.temperature_terms(stats)
-        weights = _sample_weights(labels, class_coef)
-        return float(weights @ losses), float(weights @ derivatives)
-
-    def temperature_curvature(self, stats, labels, class_coef):  # noqa: D102
-        # nll and ls: d2/dbeta2 log S0 = Var_p[z_s] (the other terms are linear in beta)
-        if not self.has_temperature_curvature:
-            raise NotImplementedError(f"{self.name} has no analytic curvature")
-        variance = np.maximum(stats.mean_z2 - stats.mean_z**2, 0.0)
-        return float(_sample_weights(labels, class_coef) @ variance)
 
     def torch_class_losses(self, log_p, labels, n_classes):  # noqa: D102
         losses = self.torch_per_sample(log_p, labels)
@@ -309,8 +209,9 @@ class _PerSampleObjective(CalibrationObjective):
         return (class_coef * self.torch_class_losses(log_p, labels, log_p.shape[1])).sum()
 
 
-def _rows(labels: np.ndarray) -> np.ndarray:
-    return np.arange(labels.shape[0])
+def _true_class(log_p: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """(N,) the labels' entries of an (N, K) tensor (e.g. log p_y)."""
+    return log_p.gather(1, labels[:, None])[:, 0]
 
 
 class NegativeLogLikelihood(_PerSampleObjective):
@@ -321,27 +222,9 @@ class NegativeLogLikelihood(_PerSampleObjective):
 
     name = "nll"
     convex_in_inverse_temperature = True
-    has_temperature_curvature = True
-
-    def per_sample(self, log_p, p, labels):  # noqa: D102
-        return -log_p[_rows(labels), labels]
-
-    def grad_logits(self, log_p, p, labels):  # noqa: D102
-        # d/dz_j (-log p_y) = p_j - Y_j
-        p[_rows(labels), labels] -= 1.0
-        return p
-
-    def grad_probs(self, log_p, p, labels):  # noqa: D102
-        grad = np.zeros_like(p)
-        grad[_rows(labels), labels] = -1.0 / p[_rows(labels), labels]
-        return grad
-
-    def temperature_terms(self, stats):  # noqa: D102
-        # l = log S0 - beta z_y;  dl/dbeta = E_p[z] - z_y
-        return -stats.log_p_true, stats.mean_z - stats.z_true
 
     def torch_per_sample(self, log_p, labels):  # noqa: D102
-        return -log_p.gather(1, labels[:, None])[:, 0]
+        return -_true_class(log_p, labels)
 
 
 class LabelSmoothedNLL(_PerSampleObjective):
@@ -360,7 +243,6 @@ class LabelSmoothedNLL(_PerSampleObjective):
 
     name = "ls"
     convex_in_inverse_temperature = True
-    has_temperature_curvature = True
 
     def __init__(self, epsilon: float = 0.05) -> None:
         self.epsilon = validate_number("epsilon", epsilon, minimum=0.0, maximum=1.0)
@@ -371,29 +253,9 @@ class LabelSmoothedNLL(_PerSampleObjective):
     def params(self):  # noqa: D102
         return {"epsilon": self.epsilon}
 
-    def per_sample(self, log_p, p, labels):  # noqa: D102
-        eps = self.epsilon
-        return -(1.0 - eps) * log_p[_rows(labels), labels] - eps * log_p.mean(axis=1)
-
-    def grad_logits(self, log_p, p, labels):  # noqa: D102
-        # d/dz_j = p_j - q_j
-        p -= self.epsilon / p.shape[1]
-        p[_rows(labels), labels] -= 1.0 - self.epsilon
-        return p
-
-    def grad_probs(self, log_p, p, labels):  # noqa: D102
-        grad = -(self.epsilon / p.shape[1]) / p
-        grad[_rows(labels), labels] -= (1.0 - self.epsilon) / p[_rows(labels), labels]
-        return grad
-
-    def temperature_terms(self, stats):  # noqa: D102
-        # l = log S0 - beta * sum_k q_k z_k;  dl/dbeta = E_p[z] - sum_k q_k z_k
-        target = (1.0 - self.epsilon) * stats.z_true + self.epsilon * stats.z_avg
-        return stats.log_s0 - stats.beta * target, stats.mean_z - target
-
     def torch_per_sample(self, log_p, labels):  # noqa: D102
         eps = self.epsilon
-        return -(1.0 - eps) * log_p.gather(1, labels[:, None])[:, 0] - eps * log_p.mean(dim=1)
+        return -(1.0 - eps) * _true_class(log_p, labels) - eps * log_p.mean(dim=1)
 
 
 class Focal(_PerSampleObjective):
@@ -418,40 +280,8 @@ class Focal(_PerSampleObjective):
     def params(self):  # noqa: D102
         return {"gamma": self.gamma}
 
-    def _terms(self, log_p_true: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Loss, a = d l / d log p_y, and u^gamma, from log p_y."""
-        u = -np.expm1(log_p_true)  # 1 - p_y, accurate near p_y = 1
-        u_gamma = u**self.gamma
-        # r = log(p_y) / (1 - p_y) -> -1 as p_y -> 1
-        r = np.where(u > 1e-12, log_p_true / np.maximum(u, _TINY), -1.0 - 0.5 * u)
-        p_true = np.exp(log_p_true)
-        # d l / d log p_y = gamma u^(gamma-1) p_y log p_y - u^gamma
-        a = u_gamma * (self.gamma * p_true * r - 1.0)
-        return -u_gamma * log_p_true, a, u_gamma
-
-    def per_sample(self, log_p, p, labels):  # noqa: D102
-        return self._terms(log_p[_rows(labels), labels])[0]
-
-    def grad_logits(self, log_p, p, labels):  # noqa: D102
-        # d l/dz_j = a (Y_j - p_j), a = d l / d log p_y
-        a = self._terms(log_p[_rows(labels), labels])[1]
-        p *= -a[:, None]
-        p[_rows(labels), labels] += a
-        return p
-
-    def grad_probs(self, log_p, p, labels):  # noqa: D102
-        a = self._terms(log_p[_rows(labels), labels])[1]
-        grad = np.zeros_like(p)
-        grad[_rows(labels), labels] = a / p[_rows(labels), labels]
-        return grad
-
-    def temperature_terms(self, stats):  # noqa: D102
-        # d log p_y / d beta = z_y - E_p[z]
-        losses, a, _ = self._terms(stats.log_p_true)
-        return losses, a * (stats.z_true - stats.mean_z)
-
     def torch_per_sample(self, log_p, labels):  # noqa: D102
-        log_p_true = log_p.gather(1, labels[:, None])[:, 0]
+        log_p_true = _true_class(log_p, labels)
         u = -torch.expm1(log_p_true)
         # the clamp keeps the gradient of u**gamma finite (0) where p_y == 1 exactly
         return -(u.clamp_min(_TINY) ** self.gamma) * log_p_true
@@ -466,39 +296,10 @@ class MeanSquaredError(_PerSampleObjective):
     """
 
     name = "mse"
-    needs_squares = True
-
-    def per_sample(self, log_p, p, labels):  # noqa: D102
-        squares = np.einsum("ij,ij->i", p, p)
-        return np.maximum(squares - 2.0 * p[_rows(labels), labels] + 1.0, 0.0)
-
-    def grad_logits(self, log_p, p, labels):  # noqa: D102
-        # h = 2 (p - Y), H = <h, p> = 2 (sum p^2 - p_y);  d l/dz_j = p_j (h_j - H)
-        rows = _rows(labels)
-        p_true = p[rows, labels].copy()
-        big_h = 2.0 * (np.einsum("ij,ij->i", p, p) - p_true)
-        grad = p * (2.0 * p - big_h[:, None])
-        grad[rows, labels] -= 2.0 * p_true
-        return grad
-
-    def grad_probs(self, log_p, p, labels):  # noqa: D102
-        grad = 2.0 * p
-        grad[_rows(labels), labels] -= 2.0
-        return grad
-
-    def temperature_terms(self, stats):  # noqa: D102
-        p_true = np.exp(stats.log_p_true)
-        losses = np.maximum(stats.sum_p2 - 2.0 * p_true + 1.0, 0.0)
-        # dl/dbeta = sum_j G_j z_j = 2 (sum p^2 z - p_y z_y) - 2 (sum p^2 - p_y) E_p[z]
-        derivatives = (
-            2.0 * (stats.sum_p2_z - p_true * stats.z_true)
-            - 2.0 * (stats.sum_p2 - p_true) * stats.mean_z
-        )
-        return losses, derivatives
 
     def torch_per_sample(self, log_p, labels):  # noqa: D102
         p = log_p.exp()
-        p_true = p.gather(1, labels[:, None])[:, 0]
+        p_true = _true_class(p, labels)
         return (p * p).sum(dim=1) - 2.0 * p_true + 1.0
 
 
@@ -569,7 +370,44 @@ def _per_class_sbece_torch(
     return torch.stack(values)
 
 
-class SoftBinnedECE(CalibrationObjective):
+class _Top1CalibrationError(CalibrationObjective):
+    """An ECE of the top-1 confidences and hits; values in NumPy (per class with coefficients).
+
+    Subclasses define :meth:`_overall` and :meth:`_grouped` (and the torch functions when
+    they have a gradient).
+    """
+
+    differentiable = False
+
+    def _overall(self, confidences: np.ndarray, correct: np.ndarray) -> float:
+        """The error of all N samples: (N,) confidences and (N,) bool hits."""
+        raise NotImplementedError
+
+    def _grouped(
+        self, confidences: np.ndarray, correct: np.ndarray, labels: np.ndarray, n_classes: int
+    ) -> np.ndarray:
+        """The error of each class's samples, (K,), NaN for classes without samples."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _top1_numpy(log_p: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        index = log_p.argmax(axis=1)
+        return np.exp(log_p[np.arange(labels.shape[0]), index]), index == labels
+
+    def class_losses(self, log_p, labels, n_classes):  # noqa: D102
+        return self._grouped(*self._top1_numpy(log_p, labels), labels, n_classes)
+
+    def value(self, log_p, labels, class_coef=None):  # noqa: D102
+        confidences, correct = self._top1_numpy(log_p, labels)
+        if class_coef is None:
+            return self._overall(confidences, correct)
+        k = int(np.shape(class_coef)[0])
+        per_class = self._grouped(confidences, correct, labels, k)
+        present = _class_counts(labels, k) > 0
+        return float(np.asarray(class_coef, dtype=np.float64)[present] @ per_class[present])
+
+
+class SoftBinnedECE(_Top1CalibrationError):
     r"""Soft-binned ECE of the top-1 confidence (``sbece``; TS-SB-ECE of Karandikar et al.).
 
     Not a mean of per-sample losses: with ``class_coef`` the total is
@@ -591,7 +429,6 @@ class SoftBinnedECE(CalibrationObjective):
     """
 
     name = "sbece"
-    differentiable = False
 
     def __init__(
         self,
@@ -619,43 +456,14 @@ class SoftBinnedECE(CalibrationObjective):
     def _settings(self) -> tuple[int, float, float, str]:
         return self.n_bins, self.sb_temperature, self.p, self.binning
 
-    # NumPy values ------------------------------------------------------------------------
+    def _overall(self, confidences, correct):
+        groups = np.zeros(confidences.shape[0], dtype=np.intp)
+        return float(_grouped_sbece_numpy(confidences, correct, groups, 1, *self._settings())[0])
 
-    def _values_numpy(
-        self,
-        confidences: np.ndarray,
-        correct: np.ndarray,
-        labels: np.ndarray,
-        class_coef: np.ndarray | None,
-    ) -> float:
-        if class_coef is None:
-            groups = np.zeros(labels.shape[0], dtype=np.intp)
-            return float(
-                _grouped_sbece_numpy(confidences, correct, groups, 1, *self._settings())[0]
-            )
-        k = int(np.shape(class_coef)[0])
-        per_class = _grouped_sbece_numpy(confidences, correct, labels, k, *self._settings())
-        present = _class_counts(labels, k) > 0
-        return float(np.asarray(class_coef, dtype=np.float64)[present] @ per_class[present])
-
-    @staticmethod
-    def _top1_numpy(log_p: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        index = log_p.argmax(axis=1)
-        return np.exp(log_p[np.arange(labels.shape[0]), index]), index == labels
-
-    def class_losses(self, log_p, labels, n_classes):  # noqa: D102
-        conf, hits = self._top1_numpy(log_p, labels)
-        losses = _grouped_sbece_numpy(conf, hits, labels, n_classes, *self._settings())
+    def _grouped(self, confidences, correct, labels, n_classes):
+        losses = _grouped_sbece_numpy(confidences, correct, labels, n_classes, *self._settings())
         losses[_class_counts(labels, n_classes) == 0] = np.nan
         return losses
-
-    def value(self, log_p, labels, class_coef=None):  # noqa: D102
-        conf, hits = self._top1_numpy(log_p, labels)
-        return self._values_numpy(conf, hits, labels, class_coef)
-
-    def temperature_value_and_grad(self, stats, labels, class_coef):  # noqa: D102
-        value = self._values_numpy(stats.confidence, stats.correct, labels, class_coef)
-        return value, float("nan")
 
     # Torch (gradients) -------------------------------------------------------------------
 
@@ -676,22 +484,8 @@ class SoftBinnedECE(CalibrationObjective):
         present = torch.bincount(labels, minlength=int(class_coef.shape[0])) > 0
         return (class_coef[present] * per_class[present]).sum()
 
-    def _autograd(self, scores: np.ndarray, labels, class_coef, from_logits: bool):
-        x = torch.tensor(scores, dtype=torch.float64, requires_grad=True)
-        log_p = torch.log_softmax(x, dim=1) if from_logits else x.clamp_min(_TINY).log()
-        coef = None if class_coef is None else torch.as_tensor(class_coef, dtype=torch.float64)
-        total = self.torch_value(log_p, torch.from_numpy(labels.astype(np.int64)), coef)
-        (grad,) = torch.autograd.grad(total, x)
-        return total.item(), grad.numpy()
 
-    def value_and_grad_logits(self, z, labels, class_coef=None):  # noqa: D102
-        return self._autograd(z, labels, class_coef, from_logits=True)
-
-    def value_and_grad_probs(self, p, labels, class_coef=None):  # noqa: D102
-        return self._autograd(p, labels, class_coef, from_logits=False)
-
-
-class HardBinnedECE(CalibrationObjective):
+class HardBinnedECE(_Top1CalibrationError):
     r"""Hard-binned ECE of the top-1 confidence (``hbece``; the objective of TS-HB-ECE).
 
     :math:`\mathrm{ECE}_{\mathrm{bin},p}` of Karandikar et al., "Soft Calibration Objectives
@@ -717,7 +511,6 @@ class HardBinnedECE(CalibrationObjective):
     """
 
     name = "hbece"
-    differentiable = False
 
     def __init__(self, n_bins: int = 15, binning: str = "equal_mass", norm: str = "l2") -> None:
         self.n_bins = validate_int("n_bins", n_bins, minimum=1)
@@ -728,38 +521,15 @@ class HardBinnedECE(CalibrationObjective):
     def params(self):  # noqa: D102
         return {"n_bins": self.n_bins, "binning": self.binning, "norm": self.norm}
 
-    def _ece(self, confidences: np.ndarray, correct: np.ndarray) -> float:
+    def _overall(self, confidences, correct):
         return _metrics_ece(confidences, correct, self.n_bins, self.binning, self.norm)
 
-    def _grouped(
-        self, confidences: np.ndarray, correct: np.ndarray, labels: np.ndarray, n_classes: int
-    ) -> np.ndarray:
-        """ECE of each class's samples, (K,), NaN for classes without samples."""
+    def _grouped(self, confidences, correct, labels, n_classes):
         out = np.full(n_classes, np.nan)
         for k in np.unique(labels):
             members = labels == k
-            out[k] = self._ece(confidences[members], correct[members])
+            out[k] = self._overall(confidences[members], correct[members])
         return out
-
-    def _values_numpy(self, confidences, correct, labels, class_coef) -> float:
-        if class_coef is None:
-            return self._ece(confidences, correct)
-        k = int(np.shape(class_coef)[0])
-        per_class = self._grouped(confidences, correct, labels, k)
-        present = _class_counts(labels, k) > 0
-        return float(np.asarray(class_coef, dtype=np.float64)[present] @ per_class[present])
-
-    def class_losses(self, log_p, labels, n_classes):  # noqa: D102
-        conf, hits = SoftBinnedECE._top1_numpy(log_p, labels)
-        return self._grouped(conf, hits, labels, n_classes)
-
-    def value(self, log_p, labels, class_coef=None):  # noqa: D102
-        conf, hits = SoftBinnedECE._top1_numpy(log_p, labels)
-        return self._values_numpy(conf, hits, labels, class_coef)
-
-    def temperature_value_and_grad(self, stats, labels, class_coef):  # noqa: D102
-        value = self._values_numpy(stats.confidence, stats.correct, labels, class_coef)
-        return value, float("nan")
 
     def _no_gradient(self, *args: Any, **kwargs: Any) -> Any:
         raise ValueError(
@@ -767,8 +537,6 @@ class HardBinnedECE(CalibrationObjective):
             "'ts_hb_ece' (or 'ts'), or use loss 'sbece' for a gradient-based calibrator"
         )
 
-    value_and_grad_logits = _no_gradient
-    value_and_grad_probs = _no_gradient
     torch_class_losses = _no_gradient
     torch_value = _no_gradient
 

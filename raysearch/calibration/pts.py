@@ -168,21 +168,20 @@ class ParameterizedTemperatureScaling(Calibrator):
         log_t = self._log_temperatures(features)
         return torch.log_softmax(z_t * torch.exp(-log_t)[:, None], dim=1)
 
-    def _tensors(self, z: np.ndarray, y: np.ndarray):
-        return (
-            torch.from_numpy(z),
-            self._features(z),
-            torch.from_numpy(y.astype(np.int64)),
-        )
-
-    def _step(self, z_t, features, y_t, loss_fn) -> float:
+    def _adam_steps(
+        self, z: np.ndarray, steps: int, loss_fn: Callable[[torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
+        """``steps`` Adam steps on ``loss_fn`` of the (N, K) log-probabilities; the features."""
         if self._optimizer is None:
             raise RuntimeError("PTS optimiser is not built; call fit first")
-        self._optimizer.zero_grad()
-        loss = loss_fn(self._log_probs(z_t, features), y_t)
-        loss.backward()
-        self._optimizer.step()
-        return float(loss.detach())
+        z_t, features = torch.from_numpy(z), self._features(z)
+        for _ in range(steps):
+            self._optimizer.zero_grad()
+            loss = loss_fn(self._log_probs(z_t, features))
+            loss.backward()
+            self._optimizer.step()
+            self.losses_.append(float(loss.detach()))
+        return features
 
     # ---------------------------------------------------------------- hooks
 
@@ -206,15 +205,8 @@ class ParameterizedTemperatureScaling(Calibrator):
         self.losses_ = []
 
     def _fit_with_coef(self, z, y, class_coef):
-        z_t, features, y_t = self._tensors(z, y)
-        coef = None if class_coef is None else torch.as_tensor(class_coef, dtype=torch.float64)
-
-        def loss_fn(log_p, labels):
-            return self.objective.torch_value(log_p, labels, coef)
-
-        for _ in range(self.steps):
-            self.losses_.append(self._step(z_t, features, y_t, loss_fn))
-        self._record_temperatures(features)
+        loss_fn = self.objective.torch_objective(y, class_coef)
+        self._record_temperatures(self._adam_steps(z, self.steps, loss_fn))
 
     def _record_temperatures(self, features: torch.Tensor) -> None:
         with torch.no_grad():
@@ -226,23 +218,9 @@ class ParameterizedTemperatureScaling(Calibrator):
         )
 
     def _first_iteration(self, z, y, class_coef):
-        z_t, features, y_t = self._tensors(z, y)
-        coef = torch.as_tensor(class_coef, dtype=torch.float64)
-        self.losses_.append(
-            self._step(
-                z_t, features, y_t, lambda lp, lab: self.objective.torch_value(lp, lab, coef)
-            )
-        )
+        self._adam_steps(z, 1, self.objective.torch_objective(y, class_coef))
 
-    def _fit_classwise(
-        self,
-        z: np.ndarray,
-        y: np.ndarray,
-        coef_fn: Callable[[np.ndarray], np.ndarray],
-        *,
-        max_rounds: int,
-        tol: float,
-    ) -> dict[str, Any]:
+    def _fit_classwise(self, z, y, coef_fn, *, max_rounds, tol):
         """Adam with the class weights recomputed from the detached class losses every step.
 
         This is exactly the released class-wise scaling code's loop (for an Adam-trained
@@ -250,17 +228,15 @@ class ParameterizedTemperatureScaling(Calibrator):
         taken by the wrapper) ``steps - 1`` steps follow, so ``steps`` is the total as in the
         released code. ``max_rounds`` and ``tol`` are unused.
         """
-        z_t, features, y_t = self._tensors(z, y)
+        y_t = torch.from_numpy(y.astype(np.int64))
         k = z.shape[1]
 
-        def loss_fn(log_p, labels):
-            class_losses = self.objective.torch_class_losses(log_p, labels, k)
+        def loss_fn(log_p):
+            class_losses = self.objective.torch_class_losses(log_p, y_t, k)
             coef = coef_fn(class_losses.detach().numpy().copy())
             return (torch.as_tensor(coef, dtype=torch.float64) * class_losses).sum()
 
-        for _ in range(self.steps - 1):
-            self.losses_.append(self._step(z_t, features, y_t, loss_fn))
-        self._record_temperatures(features)
+        self._record_temperatures(self._adam_steps(z, self.steps - 1, loss_fn))
         return {"rounds": self.steps, "converged": True, "reweighting": "every step"}
 
     def _predict_log_proba(self, z):

@@ -6,32 +6,40 @@ All fit their parameters with scipy in float64 NumPy; temperatures are optimised
 How the single temperature is fitted (``ts``, ``ts_sbece`` and the first stage of ``ets``):
 
 * objectives convex in :math:`1/T` (``nll``, ``ls``): a safeguarded Newton iteration on
-  :math:`dL/d\log T = 0` with the analytic first and second derivatives, from T = 1 (or the
+  :math:`dL/d\log T = 0` with the first and second derivatives by autograd, from T = 1 (or the
   warm start), run to convergence (:math:`|dL/d\log T| \le 10^{-10}`, typically 5-8
   evaluations), not a fixed number of steps; convexity in 1/T makes the root unique, so a
   bracket guards every step (L-BFGS-B needed about twice as many evaluations);
-* ``mse`` and ``focal`` (not convex): L-BFGS-B on :math:`\log T` with the analytic derivative
-  (``gtol`` 1e-10, ``ftol`` 1e-15), started from the best point of a 25-point log-grid;
+* ``mse`` and ``focal`` (not convex): L-BFGS-B on :math:`\log T` with the derivative by
+  autograd (``gtol`` 1e-10, ``ftol`` 1e-15), started from the best point of a 25-point
+  log-grid; where the objective is so flat that L-BFGS-B stops on ``ftol`` with
+  :math:`|dL/d\log T| > 10^{-10}`, the Newton iteration above finishes the local minimum;
 * ``sbece`` (non-convex, piecewise flat far from the data; also ``hbece`` under ``ts``): a
   61-point log-grid, then a bounded Brent search (``minimize_scalar``) between the grid
   neighbours of the best point (xatol 1e-7 in log T); no derivative is used;
 * ``ts_hb_ece`` (hard-binned ECE, piecewise constant): a multi-resolution grid in log T
   (:class:`TemperatureScalingHBECE`).
 
-Each evaluation needs only per-row statistics of :math:`\exp(\beta z_s)` (see
-:class:`~raysearch.calibration.objectives.TemperatureStats`) computed into a preallocated
-buffer: fitting (50000, 100) logits takes about 0.2 s on two CPU cores. A temperature that ends
-on a bound is reported with a ``UserWarning`` and ``params_["at_bound"]``.
+Derivatives (in :math:`\log T`, in the K temperatures of ``cts``, in the weights of ``ets``)
+come from torch autograd in float64 through the objective's torch definition
+(:mod:`raysearch.calibration._autograd`); none is written by hand. An evaluation with its
+derivative costs a few passes over the (N, K) logits: on (50000, 100) logits and one CPU core
+a Newton evaluation (value, first and second derivative) takes about 0.5 s, so ``nll`` fits
+in a few seconds. A temperature that ends on a bound is reported with a
+``UserWarning`` and ``params_["at_bound"]``.
 """
 
 import logging
 import math
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import numpy as np
+import torch
 from scipy import optimize
 
+from raysearch.calibration._autograd import value_and_derivatives, value_and_grad
 from raysearch.calibration.base import (
     Calibrator,
     check_all_classes_present,
@@ -40,7 +48,7 @@ from raysearch.calibration.base import (
     validate_int,
     validate_number,
 )
-from raysearch.calibration.objectives import CalibrationObjective, TemperatureStats
+from raysearch.calibration.objectives import _TINY, CalibrationObjective
 
 __all__ = [
     "ClassTemperatureScaling",
@@ -93,8 +101,26 @@ def _first_temperature_step(
     return min(max(math.log(max(t_new, 1e-12)), bounds[0]), bounds[1])
 
 
+def _temperature_scaled(
+    z: np.ndarray,
+    labels: np.ndarray,
+    objective: CalibrationObjective,
+    class_coef: np.ndarray | None,
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The objective of ``softmax(z / exp(s))`` as a torch function of s (for autograd).
+
+    s is a 0-d tensor (one temperature, TS) or a (K,) tensor (one per logit column, CTS).
+    """
+    objective_fn = objective.torch_objective(labels, class_coef)
+    z_t = torch.from_numpy(z)
+    return lambda log_t: objective_fn(torch.log_softmax(z_t * torch.exp(-log_t), dim=1))
+
+
 class _ScalarTemperatureProblem:
     """Objective of softmax(z / T) as a function of s = log T, with derivatives in s.
+
+    Values of objectives without a derivative come from :meth:`CalibrationObjective.value`;
+    derivatives by torch autograd (:mod:`raysearch.calibration._autograd`).
 
     Args:
         z: (N, K) float64 logits.
@@ -110,73 +136,29 @@ class _ScalarTemperatureProblem:
         objective: CalibrationObjective,
         class_coef: np.ndarray | None,
     ) -> None:
-        self.zs = z - z.max(axis=1, keepdims=True)  # every row's maximum is 0
+        self.z = z
         self.labels = labels
         self.objective = objective
         self.class_coef = class_coef
-        rows = np.arange(labels.shape[0])
-        self.z_true = self.zs[rows, labels]
-        self.z_avg = self.zs.mean(axis=1)
-        self.correct = self.zs.argmax(axis=1) == labels
-        self._buffer = np.empty_like(self.zs)
-        self._second: np.ndarray | None = None
+        self._loss = _temperature_scaled(z, labels, objective, class_coef)
         self.evaluations = 0
 
-    def stats(self, beta: float, curvature: bool = False) -> TemperatureStats:
-        """Row statistics of exp(beta * z_s), computed in preallocated buffers."""
-        e = self._buffer
-        np.multiply(self.zs, beta, out=e)
-        np.exp(e, out=e)
-        s0 = e.sum(axis=1)
-        need_second = curvature or self.objective.needs_squares
-        if need_second and self._second is None:
-            self._second = np.empty_like(self.zs)
-        mean_z2 = None
-        if curvature:
-            ez = np.multiply(e, self.zs, out=self._second)
-            mean_z = ez.sum(axis=1) / s0
-            mean_z2 = np.einsum("ij,ij->i", ez, self.zs) / s0
-        else:
-            mean_z = np.einsum("ij,ij->i", e, self.zs) / s0
-        stats = TemperatureStats(
-            beta=beta,
-            log_s0=np.log(s0),
-            mean_z=mean_z,
-            z_true=self.z_true,
-            z_avg=self.z_avg,
-            correct=self.correct,
-            mean_z2=mean_z2,
-        )
-        if self.objective.needs_squares:
-            np.multiply(e, e, out=self._second)
-            inv = 1.0 / (s0 * s0)
-            stats.sum_p2 = self._second.sum(axis=1) * inv
-            stats.sum_p2_z = np.einsum("ij,ij->i", self._second, self.zs) * inv
-        return stats
-
     def evaluate(self, log_t: float, curvature: bool = False) -> tuple[float, float, float]:
-        """Objective, d/ds and (if ``curvature``) d2/ds2 at s = log T (else NaN).
-
-        With beta = exp(-s): dL/ds = -beta L_b and d2L/ds2 = beta L_b + beta^2 L_bb.
-        """
+        """Objective, d/ds and (if ``curvature``) d2/ds2 at s = log T (else NaN)."""
         self.evaluations += 1
-        beta = math.exp(-log_t)
-        stats = self.stats(beta, curvature)
-        value, d_beta = self.objective.temperature_value_and_grad(
-            stats, self.labels, self.class_coef
-        )
-        second = float("nan")
         if curvature:
-            dd_beta = self.objective.temperature_curvature(stats, self.labels, self.class_coef)
-            second = beta * d_beta + beta * beta * dd_beta
-        return value, -beta * d_beta, second
+            return value_and_derivatives(self._loss, log_t)
+        value, grad = value_and_grad(self._loss, log_t)
+        return value, float(grad), float("nan")
 
     def value_and_grad(self, log_t: float) -> tuple[float, float]:
         value, grad, _ = self.evaluate(log_t)
         return value, grad
 
     def value(self, log_t: float) -> float:
-        return self.evaluate(log_t)[0]
+        self.evaluations += 1
+        log_p = log_softmax(self.z * math.exp(-log_t))
+        return self.objective.value(log_p, self.labels, self.class_coef)
 
 
 def _newton_log_temperature(
@@ -242,7 +224,7 @@ def _fit_log_temperature(
         if values[best] < value:  # never worse than the grid
             log_t, value = float(grid[best]), float(values[best])
         grad = float("nan")
-    elif objective.has_temperature_curvature:
+    elif objective.convex_in_inverse_temperature:
         method = "newton"
         log_t = _newton_log_temperature(problem, lo, hi, start)
         value, grad = problem.value_and_grad(log_t)
@@ -260,10 +242,28 @@ def _fit_log_temperature(
         )
         log_t = float(result.x[0])
         value, grad = problem.value_and_grad(log_t)
+        if abs(grad) > 1e-10:
+            # where the objective is flat L-BFGS-B can stop on ftol first: finish the local
+            # minimum with the safeguarded Newton iteration (autograd curvature)
+            near = (max(lo, log_t - 1e-6), min(hi, log_t + 1e-6))
+            log_t = _newton_log_temperature(problem, *near, log_t)
+            value, grad = problem.value_and_grad(log_t)
+    return _fit_result(problem, bounds, log_t, value, grad, method)
+
+
+def _fit_result(
+    problem: _ScalarTemperatureProblem,
+    bounds: tuple[float, float],
+    log_t: float,
+    value: float,
+    grad: float,
+    method: str,
+) -> dict[str, Any]:
+    """The ``fit_info_`` of a scalar-temperature fit (see :func:`_fit_log_temperature`)."""
     at_bound = ""
-    if log_t - lo <= _BOUND_TOL:
+    if log_t - bounds[0] <= _BOUND_TOL:
         at_bound = "lower"
-    elif hi - log_t <= _BOUND_TOL:
+    elif bounds[1] - log_t <= _BOUND_TOL:
         at_bound = "upper"
     return {
         "log_t": log_t,
@@ -291,7 +291,43 @@ def _warn_at_bound(name: str, at_bound: str, t_min: float, t_max: float) -> None
         )
 
 
-class TemperatureScaling(Calibrator):
+class _TemperatureCalibrator(Calibrator):
+    """Shared constructor of the temperature calibrators: temperatures in [t_min, t_max].
+
+    Args: as :class:`TemperatureScaling` (``t_min``/``t_max`` bound every temperature).
+
+    Raises:
+        ValueError: if ``t_min`` >= ``t_max`` or either is <= 0; if the class fits one loss
+            only (``required_loss``) and ``objective`` is another.
+    """
+
+    #: The only loss the calibrator fits and its description, or None (any loss).
+    required_loss: ClassVar[tuple[str, str] | None] = None
+
+    def __init__(
+        self,
+        objective: CalibrationObjective,
+        *,
+        inputs: str = "logits",
+        t_min: float = 0.05,
+        t_max: float = 20.0,
+    ) -> None:
+        required = self.required_loss
+        if required is not None and getattr(objective, "name", None) != required[0]:
+            raise ValueError(
+                f"{self.name} fits {required[1]} (loss {required[0]!r}), got loss "
+                f"{getattr(objective, 'name', objective)!r}; use 'ts' with loss=... instead"
+            )
+        super().__init__(objective, inputs=inputs)
+        self.t_min, self.t_max = _check_bounds(t_min, t_max)
+        self._log_t: Any = 0.0
+        self.fit_info_: dict[str, Any] = {}
+
+    def _bounds(self) -> tuple[float, float]:
+        return math.log(self.t_min), math.log(self.t_max)
+
+
+class TemperatureScaling(_TemperatureCalibrator):
     r"""Temperature scaling ``ts``: :math:`p = \mathrm{softmax}(z / T)` with one T > 0.
 
     Guo, Pleiss, Sun and Weinberger, "On Calibration of Modern Neural Networks", ICML 2017,
@@ -325,19 +361,6 @@ class TemperatureScaling(Calibrator):
     name = "ts"
     rank_preserving = True
 
-    def __init__(
-        self,
-        objective: CalibrationObjective,
-        *,
-        inputs: str = "logits",
-        t_min: float = 0.05,
-        t_max: float = 20.0,
-    ) -> None:
-        super().__init__(objective, inputs=inputs)
-        self.t_min, self.t_max = _check_bounds(t_min, t_max)
-        self._log_t = 0.0
-        self.fit_info_: dict[str, Any] = {}
-
     @property
     def temperature(self) -> float:
         """The fitted temperature T (float).
@@ -347,9 +370,6 @@ class TemperatureScaling(Calibrator):
         """
         self._check_fitted()
         return math.exp(self._log_t)
-
-    def _bounds(self) -> tuple[float, float]:
-        return math.log(self.t_min), math.log(self.t_max)
 
     def _reset(self, z, y):
         self._log_t = 0.0
@@ -384,12 +404,8 @@ class TemperatureScalingSBECE(TemperatureScaling):
     and nearly flat far from the optimum), which is deterministic and derivative-free.
     Rank preserving.
 
-    Args:
-        objective (CalibrationObjective): must be a ``sbece`` objective (its ``n_bins``,
-            ``sb_temperature``, ``p``, ``binning``).
-        inputs (str, optional): ``"logits"`` or ``"probs"``. Defaults to ``"logits"``.
-        t_min (float, optional): lower bound of T. Defaults to ``0.05``.
-        t_max (float, optional): upper bound of T. Defaults to ``20.0``.
+    Args: as :class:`TemperatureScaling`, but ``objective`` must be a ``sbece`` objective
+        (its ``n_bins``, ``sb_temperature``, ``p``, ``binning``).
 
     Raises:
         ValueError: if ``objective`` is not ``sbece``.
@@ -397,21 +413,7 @@ class TemperatureScalingSBECE(TemperatureScaling):
 
     name = "ts_sbece"
     default_objective = "sbece"
-
-    def __init__(
-        self,
-        objective: CalibrationObjective,
-        *,
-        inputs: str = "logits",
-        t_min: float = 0.05,
-        t_max: float = 20.0,
-    ) -> None:
-        if getattr(objective, "name", None) != "sbece":
-            raise ValueError(
-                "ts_sbece fits the soft-binned ECE (loss 'sbece'), got loss "
-                f"{getattr(objective, 'name', objective)!r}; use 'ts' with loss=... instead"
-            )
-        super().__init__(objective, inputs=inputs, t_min=t_min, t_max=t_max)
+    required_loss = ("sbece", "the soft-binned ECE")
 
 
 def _multiresolution_log_temperature(
@@ -444,20 +446,8 @@ def _multiresolution_log_temperature(
         if values[index] < best_value:
             best_s, best_value = float(grid[index]), float(values[index])
         left, right = max(best_s - spacing, lo), min(best_s + spacing, hi)
-    at_bound = ""
-    if best_s - lo <= _BOUND_TOL:
-        at_bound = "lower"
-    elif hi - best_s <= _BOUND_TOL:
-        at_bound = "upper"
-    return {
-        "log_t": best_s,
-        "value": best_value,
-        "grad": float("nan"),
-        "evaluations": problem.evaluations,
-        "method": "multi-resolution grid",
-        "at_bound": at_bound,
-        "spacings": spacings,
-    }
+    info = _fit_result(problem, bounds, best_s, best_value, float("nan"), "multi-resolution grid")
+    return {**info, "spacings": spacings}
 
 
 class TemperatureScalingHBECE(TemperatureScaling):
@@ -485,10 +475,8 @@ class TemperatureScalingHBECE(TemperatureScaling):
 
     Args:
         objective (CalibrationObjective): must be an ``hbece`` objective (its ``n_bins``,
-            ``binning``, ``norm``).
-        inputs (str, optional): ``"logits"`` or ``"probs"``. Defaults to ``"logits"``.
-        t_min (float, optional): lower bound of T. Defaults to ``0.05``.
-        t_max (float, optional): upper bound of T. Defaults to ``20.0``.
+            ``binning``, ``norm``); ``inputs``, ``t_min``, ``t_max`` as
+            :class:`TemperatureScaling`.
         grid_points (int, optional): points per level G >= 3. Defaults to ``41``.
         levels (int, optional): resolution levels L >= 1. Defaults to ``3``.
 
@@ -503,6 +491,7 @@ class TemperatureScalingHBECE(TemperatureScaling):
 
     name = "ts_hb_ece"
     default_objective = "hbece"
+    required_loss = ("hbece", "the hard-binned ECE")
 
     def __init__(
         self,
@@ -514,11 +503,6 @@ class TemperatureScalingHBECE(TemperatureScaling):
         grid_points: int = 41,
         levels: int = 3,
     ) -> None:
-        if getattr(objective, "name", None) != "hbece":
-            raise ValueError(
-                "ts_hb_ece fits the hard-binned ECE (loss 'hbece'), got loss "
-                f"{getattr(objective, 'name', objective)!r}; use 'ts' with loss=... instead"
-            )
         super().__init__(objective, inputs=inputs, t_min=t_min, t_max=t_max)
         self.grid_points = validate_int("grid_points", grid_points, minimum=3)
         self.levels = validate_int("levels", levels, minimum=1)
@@ -543,7 +527,7 @@ class TemperatureScalingHBECE(TemperatureScaling):
         return {**super()._params(), "ece": self.fit_info_.get("value", float("nan"))}
 
 
-class EnsembleTemperatureScaling(Calibrator):
+class EnsembleTemperatureScaling(_TemperatureCalibrator):
     r"""Ensemble temperature scaling ``ets`` (Mix-n-Match).
 
     .. math::
@@ -576,12 +560,8 @@ class EnsembleTemperatureScaling(Calibrator):
     that order. Only the degenerate w = (0, 0, 1) (uniform output, never better than chance)
     would tie all classes.
 
-    Args:
-        objective (CalibrationObjective): the objective of both stages (``fit_calibrator``
-            default: ``mse``).
-        inputs (str, optional): ``"logits"`` or ``"probs"``. Defaults to ``"logits"``.
-        t_min (float, optional): lower bound of T. Defaults to ``0.05``.
-        t_max (float, optional): upper bound of T. Defaults to ``20.0`` (released: 5.0).
+    Args: as :class:`TemperatureScaling`; ``objective`` is that of both stages
+        (``fit_calibrator`` default: ``mse``), ``t_max`` bounds T (released: 5.0).
 
     Raises:
         ValueError: if ``t_min`` >= ``t_max`` or either is <= 0.
@@ -590,20 +570,6 @@ class EnsembleTemperatureScaling(Calibrator):
     name = "ets"
     rank_preserving = True
     default_objective = "mse"
-
-    def __init__(
-        self,
-        objective: CalibrationObjective,
-        *,
-        inputs: str = "logits",
-        t_min: float = 0.05,
-        t_max: float = 20.0,
-    ) -> None:
-        super().__init__(objective, inputs=inputs)
-        self.t_min, self.t_max = _check_bounds(t_min, t_max)
-        self._log_t = 0.0
-        self._weights = np.array([1.0, 0.0, 0.0])
-        self.fit_info_: dict[str, Any] = {}
 
     @property
     def temperature(self) -> float:
@@ -628,16 +594,22 @@ class EnsembleTemperatureScaling(Calibrator):
 
     def _fit_with_coef(self, z, y, class_coef):
         problem = _ScalarTemperatureProblem(z, y, self.objective, class_coef)
-        bounds = (math.log(self.t_min), math.log(self.t_max))
+        bounds = self._bounds()
         info = _fit_log_temperature(problem, bounds, self._log_t)
         self._log_t = info["log_t"]
         _warn_at_bound(self.name, info["at_bound"], self.t_min, self.t_max)
         components = self._components(z)
 
+        objective_fn = self.objective.torch_objective(y, class_coef)
+        components_t = torch.from_numpy(components)
+
         def fun(w: np.ndarray) -> tuple[float, np.ndarray]:
-            mixture = np.tensordot(w, components, axes=1)
-            value, grad_p = self.objective.value_and_grad_probs(mixture, y, class_coef)
-            return value, np.einsum("mnk,nk->m", components, grad_p)
+            return value_and_grad(
+                lambda w_t: objective_fn(
+                    torch.tensordot(w_t, components_t, dims=1).clamp_min(_TINY).log()
+                ),
+                w,
+            )
 
         result = optimize.minimize(
             fun,
@@ -664,7 +636,7 @@ class EnsembleTemperatureScaling(Calibrator):
     def _first_iteration(self, z, y, class_coef):
         # the released class-wise code runs the temperature optimiser first: its first step
         problem = _ScalarTemperatureProblem(z, y, self.objective, class_coef)
-        bounds = (math.log(self.t_min), math.log(self.t_max))
+        bounds = self._bounds()
         self._log_t = _first_temperature_step(problem, self._log_t, bounds)
 
     def _predict_log_proba(self, z):
@@ -684,7 +656,7 @@ class EnsembleTemperatureScaling(Calibrator):
         }
 
 
-class ClassTemperatureScaling(Calibrator):
+class ClassTemperatureScaling(_TemperatureCalibrator):
     r"""Class-based temperature scaling ``cts``: logit column k divided by its own T_k.
 
     .. math::
@@ -701,11 +673,11 @@ class ClassTemperatureScaling(Calibrator):
     optimization method that finds the suitable temperature scaling for each class", which
     is not reproduced here. The K temperatures minimise the objective by L-BFGS-B on
     :math:`\log T_k` in [log t_min, log t_max] from T = 1 (the released code's start) with the
-    analytic gradient (autograd for ``sbece``). NLL and ``ls`` are convex in the inverse
-    temperatures, so the start does not matter for them; for the non-convex ``mse``, ``focal``
-    and ``sbece`` the best shared temperature (the TS solution) is used as the start when it is
-    better, and the L-BFGS-B result is kept only if it improves on its start (``sbece`` is
-    discontinuous here: the hits change when predictions do).
+    gradient by torch autograd. NLL and ``ls`` are convex in the inverse temperatures, so the
+    start does not matter for them; for the non-convex ``mse``, ``focal`` and ``sbece`` the best
+    shared temperature (the TS solution) is used as the start when it is better, and the
+    L-BFGS-B result is kept only if it improves on its start (``sbece`` is discontinuous here:
+    the hits change when predictions do).
 
     Not rank preserving: dividing columns by different temperatures can change the argmax,
     so predictions (and accuracy) may change. Not invariant to a per-row shift of the logits
@@ -713,11 +685,7 @@ class ClassTemperatureScaling(Calibrator):
     raw logits. Needs every class in the calibration set (a class without samples has no
     data to fit its temperature).
 
-    Args:
-        objective (CalibrationObjective): the objective.
-        inputs (str, optional): ``"logits"`` or ``"probs"``. Defaults to ``"logits"``.
-        t_min (float, optional): lower bound of every T_k. Defaults to ``0.05``.
-        t_max (float, optional): upper bound of every T_k. Defaults to ``20.0``.
+    Args: as :class:`TemperatureScaling` (``t_min``/``t_max`` bound every T_k).
 
     Raises:
         ValueError: if ``t_min`` >= ``t_max``; in ``fit`` if a class is missing (named).
@@ -725,19 +693,6 @@ class ClassTemperatureScaling(Calibrator):
 
     name = "cts"
     rank_preserving = False
-
-    def __init__(
-        self,
-        objective: CalibrationObjective,
-        *,
-        inputs: str = "logits",
-        t_min: float = 0.05,
-        t_max: float = 20.0,
-    ) -> None:
-        super().__init__(objective, inputs=inputs)
-        self.t_min, self.t_max = _check_bounds(t_min, t_max)
-        self._log_t = np.zeros(0)
-        self.fit_info_: dict[str, Any] = {}
 
     @property
     def temperatures(self) -> np.ndarray:
@@ -759,10 +714,7 @@ class ClassTemperatureScaling(Calibrator):
         return self
 
     def _value_and_grad(self, log_t, z, y, class_coef):
-        scaled = z * np.exp(-log_t)
-        value, grad = self.objective.value_and_grad_logits(scaled, y, class_coef)
-        # dL/ds_k = -sum_n G_nk z_nk / T_k
-        return value, -np.einsum("nk,nk->k", grad, scaled)
+        return value_and_grad(_temperature_scaled(z, y, self.objective, class_coef), log_t)
 
     def _reset(self, z, y):
         self._log_t = np.zeros(z.shape[1])
@@ -771,7 +723,7 @@ class ClassTemperatureScaling(Calibrator):
         return self.objective.value(log_softmax(z * np.exp(-log_t)), y, class_coef)
 
     def _fit_with_coef(self, z, y, class_coef):
-        lo, hi = math.log(self.t_min), math.log(self.t_max)
+        lo, hi = self._bounds()
         start = np.clip(self._log_t, lo, hi)
         if not self.objective.convex_in_inverse_temperature:
             # non-convex objective: also try the best shared temperature (the TS solution)
@@ -817,7 +769,7 @@ class ClassTemperatureScaling(Calibrator):
         t = np.exp(self._log_t)
         grad_s = self._value_and_grad(self._log_t, z, y, class_coef)[1]
         t_new = _first_step(t, grad_s / t)
-        lo, hi = math.log(self.t_min), math.log(self.t_max)
+        lo, hi = self._bounds()
         self._log_t = np.clip(np.log(np.maximum(t_new, 1e-12)), lo, hi)
 
     def _predict_log_proba(self, z):
