@@ -789,7 +789,8 @@ def calibrate_outputs(
     stratified split with ``fraction`` for calibration). Each method is fitted with
     ``raysearch.calibration.fit_calibrator(method, cal_logits, cal_labels,
     classwise_scaling=flag)`` (default objective) and its ``predict_proba`` of the evaluation
-    logits is measured with :func:`raysearch.metrics.table_summary` (the
+    logits is measured with :func:`raysearch.metrics.table_summary` (one
+    :class:`~raysearch.metrics.CalibrationMeter`, the evaluator of every split; the
     :data:`METRIC_COLUMNS`: the summary metrics and every column of the papers' tables, e.g.
     ``ece_100``, ``ece_l2em``, ``sweep_ce``, ``overconfidence``), along with reliability bins.
     The uncalibrated row is the softmax of the evaluation logits. A calibrator that raises

@@ -67,7 +67,7 @@ from typing import Any
 
 import numpy as np
 
-from raysearch.metrics import accuracy, ece, softmax
+from raysearch.metrics import softmax, table_summary
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -549,10 +549,8 @@ def _evaluate(
             published.calibrator, val_logits, val_labels, **dict(published.params)
         )
         probs = calibrator.predict_proba(test_logits)
-    return (
-        100.0 * ece(probs, test_labels, n_bins=N_BINS),
-        100.0 * accuracy(probs, test_labels),
-    )
+    values = table_summary(probs, test_labels, n_bins=N_BINS, keys=("ece", "accuracy"))
+    return 100.0 * values["ece"], 100.0 * values["accuracy"]
 
 
 def _average(published: PublishedNumber, rows: Sequence[ReproductionRow]) -> ReproductionRow:

@@ -26,8 +26,10 @@ Empty bins contribute nothing. Metrics with names used in Tune/MLflow (``{split}
 gathered by :func:`calibration_summary` and, for the estimators of the soft-calibration paper's
 appendix, :func:`estimator_summary`; every column of the five papers' result tables
 (:data:`TABLE_KEYS`, with the paper column each one reproduces) by :func:`table_summary`.
-:class:`CalibrationMeter` accumulates the same metrics batch by batch in constant memory,
-for outputs too large to hold (segmentation pixels).
+:class:`CalibrationMeter` is the one evaluator behind them: fed batch by batch, it keeps
+per-bin sums in constant memory (segmentation pixels) and, with ``keep_samples=True``, the
+samples its :meth:`~CalibrationMeter.table` needs; the three summaries are thin wrappers that
+feed it a whole split.
 
 References:
     Naeini, Cooper and Hauskrecht, "Obtaining Well Calibrated Probabilities Using Bayesian
@@ -60,8 +62,9 @@ name, public and private, that ``raysearch.metrics`` held as one module):
 
 * :mod:`~raysearch.metrics._checks`: conversion and validation of ``probs`` / ``labels``, the
   top-1 scan, :func:`softmax`;
-* :mod:`~raysearch.metrics.binning`: the shared binning helper (:func:`_assign_bins`), bin
-  sums and means, the l1 / l2 / max gap reduction, :data:`BINNINGS`, :data:`NORMS`;
+* :mod:`~raysearch.metrics.binning`: the shared binning helper (:func:`_assign_bins`, and
+  its torch form for the meter), bin sums and means, the l1 / l2 / max gap reduction,
+  :data:`BINNINGS`, :data:`NORMS`;
 * :mod:`~raysearch.metrics.classwise`: :func:`classwise_ece`;
 * :mod:`~raysearch.metrics.binned`: :func:`ece`, :func:`adaptive_ece`, :func:`mce`,
   :func:`reliability_bins`, :func:`overconfidence`, :func:`underconfidence`;
@@ -69,9 +72,11 @@ name, public and private, that ``raysearch.metrics`` held as one module):
   :func:`ks_error`, :func:`average_confidence`, :func:`debiased_ece`, :func:`sweep_ece`,
   :func:`marginal_ece`;
 * :mod:`~raysearch.metrics.bootstrap`: :func:`ece_ci`;
-* :mod:`~raysearch.metrics.meter`: :class:`CalibrationMeter` (torch, any device);
+* :mod:`~raysearch.metrics.meter`: :class:`CalibrationMeter` (torch, any device) and the
+  kernels of its result table;
 * :mod:`~raysearch.metrics.table`: the logged key tuples and :func:`calibration_summary`,
-  :func:`estimator_summary`, :func:`table_summary`, :func:`calibration_report`.
+  :func:`estimator_summary`, :func:`table_summary` (through a meter),
+  :func:`calibration_report`.
 """
 
 # Every name the former single module held, public and private, stays importable from here
@@ -138,7 +143,9 @@ from raysearch.metrics.binning import (  # noqa: F401
     _equal_mass_positions,
     _equal_width_edges,
     _equal_width_index,
+    _first_bin_edge,
     _reduce_gaps,
+    _torch_equal_width_bins,
 )
 from raysearch.metrics.bootstrap import (  # noqa: F401
     _ece_replicates,
@@ -158,7 +165,6 @@ from raysearch.metrics.meter import (  # noqa: F401
     _check_meter_int,
     _index_add_ones,
     _meter_tensor,
-    _torch_equal_width_bins,
     _UpdateSums,
 )
 from raysearch.metrics.table import (  # noqa: F401

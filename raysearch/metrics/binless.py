@@ -26,11 +26,9 @@ from raysearch.metrics.binning import (
     BINNINGS,
     NORMS,
     _assign_bins,
-    _bin_means,
     _bin_sums,
     _ece,
     _equal_width_index,
-    _reduce_gaps,
 )
 
 
@@ -145,16 +143,10 @@ def ks_error(probs: Any, labels: Any) -> float:
         Gupta, Rahimi, Ajanthan, Mensink, Sminchisescu and Hartley, "Calibration of Neural
         Networks using Splines", ICLR 2021, arXiv:2006.12800.
 
-    Args:
-        probs: (N, K) float probabilities, NumPy array or torch tensor; rows sum to 1.
-        labels: (N,) integer class indices in [0, K).
+    Args and Raises: as :func:`brier`.
 
     Returns:
         KS error in [0, 1].
-
-    Raises:
-        TypeError: if ``probs`` does not hold real numbers.
-        ValueError: for invalid ``probs`` / ``labels`` (see :func:`accuracy`).
     """
     _, _, conf, hits = _validate_top1(probs, labels)
     return _ks(conf, hits)
@@ -276,8 +268,7 @@ def _marginal_ece(p: np.ndarray, y: np.ndarray, n_bins: int, binning: str, norm:
     per_class = np.empty(p.shape[1])
     for c in range(p.shape[1]):
         scores = np.ascontiguousarray(p[:, c])
-        counts, score_sums, hit_sums = _bin_sums(scores, y == c, n_bins, binning)
-        per_class[c] = _reduce_gaps(counts, *_bin_means(counts, score_sums, hit_sums), norm)
+        per_class[c] = _ece(scores, y == c, n_bins, binning, norm)
     if norm == "l1":
         return float(np.mean(per_class))
     if norm == "l2":
@@ -416,11 +407,7 @@ def sweep_ece(probs: Any, labels: Any, norm: str = "l2", binning: str = "equal_m
 
 
 def marginal_ece(
-    probs: Any,
-    labels: Any,
-    n_bins: int = 15,
-    norm: str = "l2",
-    binning: str = "equal_mass",
+    probs: Any, labels: Any, n_bins: int = 15, norm: str = "l2", binning: str = "equal_mass"
 ) -> float:
     r"""Marginal calibration error: every class score against its indicator, over all samples.
 

@@ -78,17 +78,7 @@ def adaptive_ece(probs: Any, labels: Any, n_bins: int = 15) -> float:
     (``np.array_split``), each sample counted once (Nixon et al., CVPR-W 2019; the AECE of the
     ACLS and MbLS papers).
 
-    Args:
-        probs: (N, K) float probabilities, NumPy array or torch tensor; rows sum to 1.
-        labels: (N,) integer class indices in [0, K).
-        n_bins: number of bins M >= 1. Defaults to ``15``.
-
-    Returns:
-        Calibration error in [0, 1].
-
-    Raises:
-        TypeError: if ``n_bins`` is not an integer or ``probs`` does not hold real numbers.
-        ValueError: if ``n_bins`` < 1, or for invalid ``probs`` / ``labels``.
+    Args, Returns and Raises: as :func:`ece` (``binning`` and ``norm`` fixed).
     """
     return ece(probs, labels, n_bins=n_bins, binning="equal_mass", norm="l1")
 
@@ -98,17 +88,7 @@ def mce(probs: Any, labels: Any, n_bins: int = 15) -> float:
 
     Same as ``ece(probs, labels, n_bins, norm="max")`` (Naeini et al., AAAI 2015).
 
-    Args:
-        probs: (N, K) float probabilities, NumPy array or torch tensor; rows sum to 1.
-        labels: (N,) integer class indices in [0, K).
-        n_bins: number of bins M >= 1. Defaults to ``15``.
-
-    Returns:
-        Calibration error in [0, 1].
-
-    Raises:
-        TypeError: if ``n_bins`` is not an integer or ``probs`` does not hold real numbers.
-        ValueError: if ``n_bins`` < 1, or for invalid ``probs`` / ``labels``.
+    Args, Returns and Raises: as :func:`ece` (``binning`` and ``norm`` fixed).
     """
     return ece(probs, labels, n_bins=n_bins, binning="equal_width", norm="max")
 
@@ -312,20 +292,9 @@ def underconfidence(
     References:
         See :func:`overconfidence`.
 
-    Args:
-        probs: (N, K) float probabilities, NumPy array or torch tensor; rows sum to 1.
-        labels: (N,) integer class indices in [0, K).
-        n_bins: number of equal-width bins M >= 1 of ``definition="binned"``. Defaults to
-            ``15``.
-        definition: ``"conditional"`` (the paper's) or ``"binned"``. Defaults to
-            ``"conditional"``.
+    Args and Raises: as :func:`overconfidence`.
 
     Returns:
         Underconfidence in [0, 1] (NaN for ``"conditional"`` when every prediction is wrong).
-
-    Raises:
-        TypeError: if ``n_bins`` is not an integer or ``probs`` does not hold real numbers.
-        ValueError: if ``n_bins`` < 1, if ``definition`` is unknown, or for invalid ``probs`` /
-            ``labels``.
     """
     return _confidence_error(probs, labels, n_bins, definition, over=False)

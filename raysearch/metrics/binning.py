@@ -6,17 +6,20 @@ r"""The shared binning helper and bin reductions of every NumPy calibration erro
 :func:`_reduce_gaps` (weighted l1 / l2 / max of the per-bin gaps) turn bins into an ECE
 (:func:`_ece`). The bootstrap bins sorted positions with it (:func:`_equal_mass_positions`);
 the monotonic sweep tries many bin counts at once with :func:`_equal_width_index`, the
-equal-width rule broadcast over M (for one M it uses :func:`_assign_bins`). The streaming
-:class:`~raysearch.metrics.meter.CalibrationMeter` bins on its own device with the torch
-form, :func:`~raysearch.metrics.meter._torch_equal_width_bins`.
+equal-width rule broadcast over M (for one M it uses :func:`_assign_bins`); the classwise ECE
+sends the entries at or below :func:`_first_bin_edge` to bin 0 without binning them. The
+streaming :class:`~raysearch.metrics.meter.CalibrationMeter` bins on its own device with the
+torch form of the same rule, :func:`_torch_equal_width_bins`. Every bin of the package is
+assigned here.
 
-Imports nothing from the package (NumPy only).
+Imports nothing from the package (NumPy, and torch for :func:`_torch_equal_width_bins`).
 """
 
 import math
 from typing import Any
 
 import numpy as np
+import torch
 
 #: Binning schemes of :func:`ece`.
 BINNINGS = ("equal_width", "equal_mass")
@@ -29,6 +32,11 @@ _COMPARE_MAX_CUTS = 32
 def _equal_width_edges(n_bins: int) -> np.ndarray:
     """Edges 0, 1/M, ..., 1 in float64, each the float nearest b / M (so 3/5 == 0.6)."""
     return np.arange(n_bins + 1, dtype=np.float64) / n_bins
+
+
+def _first_bin_edge(n_bins: int, dtype: np.dtype) -> float:
+    """Upper edge of equal-width bin 0 in ``dtype``: a score <= it is in bin 0 (inf if M = 1)."""
+    return _equal_width_edges(n_bins).astype(dtype)[1] if n_bins > 1 else np.inf
 
 
 def _equal_mass_bins(scores: np.ndarray, n_bins: int) -> np.ndarray:
@@ -201,3 +209,27 @@ def _equal_mass_positions(n: int, n_bins: int) -> np.ndarray:
     positions themselves.
     """
     return _equal_mass_bins(np.arange(n), n_bins)
+
+
+def _torch_equal_width_bins(scores: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
+    """Equal-width bin (int64, shape of ``scores``) by the rule of :func:`_assign_bins`.
+
+    ``edges`` holds the M + 1 edges of :func:`_equal_width_edges` cast to the dtype of
+    ``scores``. ``ceil(s * M) - 1`` is the (lo, hi] bin up to the rounding of ``s * M``, which
+    moves it by at most one bin; one comparison with the exact lower and upper edge of the
+    guessed bin moves it back, so the result equals ``np.searchsorted(edges, s) - 1`` clipped
+    to [0, M - 1] (0.0 in the first bin, 1.0 in the last) without a binary search.
+
+    The device form of the equal-width rule of :func:`_assign_bins` (NumPy on the host): this
+    one runs on the device of ``scores`` (a GPU for segmentation batches) with no host
+    synchronisation. tests/test_meter.py checks that both give the same bins.
+    """
+    m = edges.numel() - 1
+    index = torch.ceil(scores * m).to(torch.int64)
+    index.sub_(1).clamp_(0, m - 1)
+    if m > 1:
+        # uint8 views: int64 arithmetic with bool tensors is refused by torch
+        index.sub_((scores <= torch.take(edges, index)).view(torch.uint8)).clamp_(min=0)
+        index.add_((scores > torch.take(edges[1:], index)).view(torch.uint8))
+        index.clamp_(max=m - 1)
+    return index

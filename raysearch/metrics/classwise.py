@@ -13,7 +13,7 @@ from raysearch.metrics._checks import _check_n_bins, _validate
 from raysearch.metrics.binning import (
     _assign_bins,
     _bin_means,
-    _equal_width_edges,
+    _first_bin_edge,
     _reduce_gaps,
 )
 
@@ -57,7 +57,7 @@ def _classwise_ece(p: np.ndarray, y: np.ndarray, n_bins: int) -> float:
     counts = np.zeros(k * n_bins, dtype=np.int64)
     score_sums = np.zeros(k * n_bins)
     hit_sums = np.zeros(k * n_bins)
-    first_edge = _equal_width_edges(n_bins).astype(p.dtype)[1] if n_bins > 1 else np.inf
+    first_edge = _first_bin_edge(n_bins, p.dtype)
     rows = max(1, _CHUNK_ENTRIES // k)
     starts = range(0, n, rows)
 
@@ -105,17 +105,8 @@ def classwise_ece(probs: Any, labels: Any, n_bins: int = 15) -> float:
     NeurIPS 2019; the static calibration error of Nixon et al., CVPR-W 2019). K comes from the
     width of ``probs``, never from the labels.
 
-    Args:
-        probs: (N, K) float probabilities, NumPy array or torch tensor; rows sum to 1.
-        labels: (N,) integer class indices in [0, K).
-        n_bins: number of bins M >= 1. Defaults to ``15``.
-
-    Returns:
-        Calibration error in [0, 1].
-
-    Raises:
-        TypeError: if ``n_bins`` is not an integer or ``probs`` does not hold real numbers.
-        ValueError: if ``n_bins`` < 1, or for invalid ``probs`` / ``labels``.
+    Args, Returns and Raises: as :func:`~raysearch.metrics.binned.ece` (no ``binning`` or
+    ``norm``: equal-width bins, l1).
     """
     n_bins = _check_n_bins(n_bins)
     p, y = _validate(probs, labels)

@@ -1,24 +1,45 @@
 """Streaming metrics: :class:`CalibrationMeter` (segmentation pixels or classification samples).
 
 The meter keeps per-bin sums in torch tensors on the device of its inputs (GPU or CPU) and bins
-with :func:`_torch_equal_width_bins`, the torch form of the NumPy rule of
-:func:`raysearch.metrics.binning._assign_bins`; :meth:`CalibrationMeter.compute` reduces the
-sums with the NumPy helpers of :mod:`raysearch.metrics.binning`.
+with :func:`~raysearch.metrics.binning._torch_equal_width_bins`, the torch form of the NumPy
+rule of :func:`raysearch.metrics.binning._assign_bins`; :meth:`CalibrationMeter.compute`
+reduces the sums with the NumPy helpers of :mod:`raysearch.metrics.binning`. With
+``keep_samples=True`` it also keeps the samples, and :meth:`CalibrationMeter.table` computes
+the papers' table from them with :func:`_table_kernels`, the one code path of every table
+metric.
 
-Imports only :mod:`raysearch.metrics._checks`, :mod:`raysearch.metrics.binning` and
-:mod:`raysearch.metrics.binned` (for :class:`~raysearch.metrics.binned.ReliabilityBins`).
+Imports :mod:`raysearch.metrics._checks`, :mod:`~raysearch.metrics.binning`,
+:mod:`~raysearch.metrics.classwise`, :mod:`~raysearch.metrics.binned` and
+:mod:`~raysearch.metrics.binless`.
 """
 
 import math
 import numbers
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
-from raysearch.metrics._checks import _PROB_TOLERANCE, _ROW_SUM_TOLERANCE, _check_n_bins
-from raysearch.metrics.binned import ReliabilityBins
-from raysearch.metrics.binning import _bin_means, _ece, _equal_width_edges, _reduce_gaps
+from raysearch.metrics import binless
+from raysearch.metrics._checks import (
+    _PROB_TOLERANCE,
+    _ROW_SUM_TOLERANCE,
+    _check_choice,
+    _check_n_bins,
+    _to_numpy,
+    _validate_top1,
+    softmax,
+)
+from raysearch.metrics.binned import ReliabilityBins, _conditional_confidence
+from raysearch.metrics.binning import (
+    _bin_means,
+    _ece,
+    _equal_width_edges,
+    _reduce_gaps,
+    _torch_equal_width_bins,
+)
+from raysearch.metrics.classwise import _classwise_ece
 
 #: Entries of ``probs`` per block of :meth:`CalibrationMeter.update` on the CPU (in cache) and
 #: on accelerators (fewer kernel launches); its temporaries take ~40 bytes per entry.
@@ -41,30 +62,6 @@ def _meter_tensor(name: str, value: Any) -> torch.Tensor:
     if not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))
     return torch.from_numpy(np.ascontiguousarray(array))
-
-
-def _torch_equal_width_bins(scores: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
-    """Equal-width bin (int64, shape of ``scores``) by the rule of :func:`_assign_bins`.
-
-    ``edges`` holds the M + 1 edges of :func:`_equal_width_edges` cast to the dtype of
-    ``scores``. ``ceil(s * M) - 1`` is the (lo, hi] bin up to the rounding of ``s * M``, which
-    moves it by at most one bin; one comparison with the exact lower and upper edge of the
-    guessed bin moves it back, so the result equals ``np.searchsorted(edges, s) - 1`` clipped
-    to [0, M - 1] (0.0 in the first bin, 1.0 in the last) without a binary search.
-
-    A second implementation of the rule on purpose: :func:`_assign_bins` is NumPy on the host,
-    while this one runs on the device of ``scores`` (a GPU for segmentation batches) with no
-    host synchronisation. tests/test_meter.py checks that both give the same bins.
-    """
-    m = edges.numel() - 1
-    index = torch.ceil(scores * m).to(torch.int64)
-    index.sub_(1).clamp_(0, m - 1)
-    if m > 1:
-        # uint8 views: int64 arithmetic with bool tensors is refused by torch
-        index.sub_((scores <= torch.take(edges, index)).view(torch.uint8)).clamp_(min=0)
-        index.add_((scores > torch.take(edges[1:], index)).view(torch.uint8))
-        index.clamp_(max=m - 1)
-    return index
 
 
 def _index_add_ones(out: torch.Tensor, index: torch.Tensor) -> None:
@@ -213,6 +210,61 @@ class _UpdateSums:
         return conf64, hits
 
 
+#: Number of equal-width bins of ``ece_100`` (the "ECE 100" column of the objectness paper).
+_ECE_100_BINS = 100
+#: Inputs :class:`CalibrationMeter` accepts.
+_METER_INPUTS = ("probs", "logits")
+
+
+def _table_kernels(
+    p: np.ndarray, y: np.ndarray, conf: np.ndarray, hits: np.ndarray, n_bins: int
+) -> dict[str, Callable[[], float]]:
+    """Every per-sample metric of :meth:`CalibrationMeter.table`, as calls not yet made.
+
+    The ONE place the result-table metrics are computed (``table_summary``,
+    ``calibration_summary`` and ``estimator_summary`` read them through a meter), each with the
+    kernel of the public function of the same value, on the arrays of :func:`_validate_top1`.
+    Keys in the order of ``CALIBRATED_KEYS``, then ``debiased_ce``.
+    """
+    return {
+        "accuracy": lambda: float(np.mean(hits)),
+        "ece": lambda: _ece(conf, hits, n_bins, "equal_width", "l1"),
+        "aece": lambda: _ece(conf, hits, n_bins, "equal_mass", "l1"),
+        "cece": lambda: _classwise_ece(p, y, n_bins),
+        "mce": lambda: _ece(conf, hits, n_bins, "equal_width", "max"),
+        "nll": lambda: binless._nll(p, y, _METER_NLL_EPS),
+        "brier": lambda: binless._brier(p, y),
+        "ece_100": lambda: _ece(conf, hits, _ECE_100_BINS, "equal_width", "l1"),
+        "overconfidence": lambda: _conditional_confidence(conf, hits, over=True),
+        "underconfidence": lambda: _conditional_confidence(conf, hits, over=False),
+        "average_confidence": lambda: float(np.mean(conf, dtype=np.float64)),
+        "ece_l2em": lambda: _ece(conf, hits, n_bins, "equal_mass", "l2"),
+        "marginal_ece": lambda: binless._marginal_ece(p, y, n_bins, "equal_mass", "l2"),
+        "ks": lambda: binless._ks(conf, hits),
+        "sweep_ce": lambda: _ece(
+            conf, hits, binless._sweep_n_bins(conf, hits, "equal_mass"), "equal_mass", "l2"
+        ),
+        "debiased_ce": lambda: binless._debiased_ce(conf, hits, n_bins),
+    }
+
+
+#: Keys of :meth:`CalibrationMeter.table`, in order.
+_TABLE_KERNEL_KEYS = tuple(
+    _table_kernels(np.zeros((0, 1)), np.zeros(0, np.intp), np.zeros(0), np.zeros(0, bool), 1)
+)
+
+
+def _check_table_keys(keys: str | tuple[str, ...], known: tuple[str, ...]) -> tuple[str, ...]:
+    """``keys`` as a tuple (one name may be a string); ValueError naming any not in ``known``."""
+    keys = (keys,) if isinstance(keys, str) else tuple(keys)
+    unknown = [key for key in keys if key not in known]
+    if unknown:
+        raise ValueError(
+            f"unknown table metric(s) {', '.join(map(repr, unknown))}; known: {', '.join(known)}"
+        )
+    return keys
+
+
 def _check_meter_int(name: str, value: object, low: int | None) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"`{name}` must be an integer, got {type(value).__name__} {value!r}")
@@ -224,11 +276,25 @@ def _check_meter_int(name: str, value: object, low: int | None) -> int:
 class CalibrationMeter:
     r"""Streaming accuracy, calibration and mIoU over pixels (or samples), in constant memory.
 
-    Feed it batches with :meth:`update` and read the metrics with :meth:`compute`. The state
-    holds sums and counts only (its size depends on K, ``n_bins`` and ``aece_samples``, never on
-    the number of pixels), so a whole validation set can be scored without keeping its
-    probabilities: PASCAL VOC val, 1,449 images of ~500 x 500 with K = 21, would need ~30 GB.
-    The same meter scores plain (N, K) classification batches.
+    Feed it batches with :meth:`update` and read the metrics with :meth:`compute`. Without
+    ``keep_samples`` the state holds sums and counts only (its size depends on K, ``n_bins``
+    and ``aece_samples``, never on the number of pixels), so a whole validation set can be
+    scored without keeping its probabilities: PASCAL VOC val, 1,449 images of ~500 x 500
+    with K = 21, would need ~30 GB. The same meter scores plain (N, K) classification
+    batches, and is the one evaluator of the papers' result tables (``table_summary``,
+    post-hoc, reproduce, ``calibrate``): built with ``keep_samples=True`` it also keeps what
+    the metrics without a fixed-size state need (:meth:`table`).
+
+    ``keep_samples=True`` (classification, (N, K) batches, no ``ignore_index``): each update is
+    also validated like the metric functions (same errors) and its probabilities, labels, top-1
+    confidences and hits are kept, at ``K * s + s + 9`` bytes per sample (``s`` the itemsize of
+    the probabilities after conversion: 4 for float16 / bfloat16 / float32, 8 for float64;
+    intp labels, bool hits), e.g. 53 bytes per CIFAR-10 sample of float32 probabilities. The
+    equal-mass bins (``aece``, ``ece_l2em``, ``marginal_ece``), the KS error and the sweep
+    choose their bins from all samples, and ``marginal_ece`` bins every class score by its own
+    quantiles, so no per-bin sum gives them; :meth:`table` computes every key from the kept
+    samples with the kernels of the metric functions, so its values are those functions' on
+    the concatenated batches, bit for bit, however the samples were batched.
 
     Each valid pixel (label != ``ignore_index``) is one sample of the functions of this module.
     On the concatenation of all valid pixels of all updates, :meth:`compute` gives, to float
@@ -297,6 +363,11 @@ class CalibrationMeter:
         seed: seed (>= 0) of the sample's generator. Defaults to ``0``.
         background: label dropped by ``ece_released`` (the VOC background class), or None to
             drop only ``ignore_index``. Defaults to ``0``.
+        keep_samples: also keep every sample for :meth:`table` (see above). Defaults to
+            ``False``.
+        inputs: ``"probs"`` (default) or ``"logits"``: a softmax over dim 1 turns each batch
+            into probabilities first (``softmax``, float64 NumPy; a tensor fed to a meter
+            without ``keep_samples``: ``torch.softmax`` on its device, in float32 or float64).
 
     Shape:
         probs: (N, K) or (N, K, d1, d2, ...) probabilities (not logits), float16, bfloat16,
@@ -307,7 +378,8 @@ class CalibrationMeter:
     Raises:
         TypeError: if an argument is not an integer (None allowed for ``ignore_index`` and
             ``background``).
-        ValueError: if ``num_classes`` < 1, ``n_bins`` < 1, ``aece_samples`` < 1 or ``seed`` < 0.
+        ValueError: if ``num_classes`` < 1, ``n_bins`` < 1, ``aece_samples`` < 1, ``seed`` < 0,
+            ``inputs`` is unknown, or ``keep_samples`` is set with an ``ignore_index``.
 
     Example::
 
@@ -343,6 +415,8 @@ class CalibrationMeter:
         aece_samples: int = 1_000_000,
         seed: int = 0,
         background: int | None = 0,
+        keep_samples: bool = False,
+        inputs: str = "probs",
     ) -> None:
         self.num_classes = _check_meter_int("num_classes", num_classes, 1)
         self.n_bins = _check_n_bins(n_bins)
@@ -354,6 +428,13 @@ class CalibrationMeter:
         self.background = (
             None if background is None else _check_meter_int("background", background, None)
         )
+        self.keep_samples = bool(keep_samples)
+        self.inputs = _check_choice("inputs", inputs, _METER_INPUTS)
+        if self.keep_samples and self.ignore_index is not None:
+            raise ValueError(
+                "`keep_samples=True` scores (N, K) classification batches: `ignore_index` must "
+                f"be None, got {self.ignore_index}"
+            )
         self.reset()
 
     # ----------------------------------------------------------------------------- state
@@ -365,10 +446,14 @@ class CalibrationMeter:
         self._fill = 0  # pixels in the aece sample
         self._seen = 0  # pixels seen, ignored ones included: arrival positions of the sample
         self._threshold = 1.0  # keys below it enter the sample (keys lie in [0, 1))
+        # keep_samples: (probs, labels, confidences, hits) of every update, in arrival order
+        self._kept: list[tuple[np.ndarray, ...]] = []
+        self._summed = 0  # kept batches already added to the sums
 
     @property
     def device(self) -> torch.device | None:
         """Device of the state: that of the first update's ``probs`` (None before it)."""
+        self._sum_kept()
         return None if self._state is None else self._state["top_counts"].device
 
     def _allocate(self, device: torch.device) -> None:
@@ -408,7 +493,11 @@ class CalibrationMeter:
 
         Besides the sums, holds ``fill``, ``seen`` (0-d int64) and ``generator`` (the uint8
         state of the sample's generator). Its size does not depend on the number of pixels.
+
+        Raises:
+            ValueError: if the meter keeps samples (``keep_samples``): they are not saved.
         """
+        self._check_no_kept_samples()
         if self._state is None:
             return {}
         out = {name: tensor.clone() for name, tensor in self._state.items()}
@@ -417,13 +506,18 @@ class CalibrationMeter:
         out["generator"] = self._generator.get_state()
         return out
 
+    def _check_no_kept_samples(self) -> None:
+        if self.keep_samples:
+            raise ValueError("the kept samples of `keep_samples=True` are not in a state_dict")
+
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Restore a :meth:`state_dict` of a meter with the same settings (on its device).
 
         Raises:
             ValueError: if an entry is missing or a tensor's shape does not match this meter;
-                the meter is then unchanged.
+                the meter is then unchanged; if the meter keeps samples (``keep_samples``).
         """
+        self._check_no_kept_samples()
         if not state:
             self.reset()
             return
@@ -476,7 +570,7 @@ class CalibrationMeter:
             )
         if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
             raise ValueError(f"`labels` must hold integer class indices, got dtype {y.dtype}")
-        device = self.device if self._state is not None else p.device
+        device = p.device if self._state is None else self._state["top_counts"].device
         return p.to(device), y.to(device)
 
     def update(self, probs: Any, labels: Any) -> None:
@@ -490,8 +584,12 @@ class CalibrationMeter:
         bytes per pixel of the batch for the ``aece`` sample. Two host synchronisations: the
         checks and the sample.
 
+        With ``keep_samples=True`` the batch is first validated as the metric functions do
+        (same errors) and kept (see the class docstring).
+
         Args:
-            probs: (N, K) or (N, K, *) float probabilities (see the class docstring).
+            probs: (N, K) or (N, K, *) float probabilities (see the class docstring), or
+                logits with ``inputs="logits"``.
             labels: (N,) or (N, *) integer labels in [0, K) or ``ignore_index``.
 
         Raises:
@@ -501,6 +599,41 @@ class CalibrationMeter:
                 if a label other than ``ignore_index`` lies outside [0, K); if a valid pixel's
                 probabilities are not finite, lie outside [0, 1] or do not sum to 1.
         """
+        if self.inputs == "logits":
+            probs = self._softmax(probs)
+        kept = None
+        if self.keep_samples:
+            kept = _validate_top1(probs, labels)
+            if kept[0].shape[1] != self.num_classes:
+                raise ValueError(
+                    f"`probs` must have K={self.num_classes} classes in dim 1 (num_classes), "
+                    f"got shape {kept[0].shape}"
+                )
+            self._kept.append(kept)  # summed when the sums are first read (_sum_kept)
+        else:
+            self._update_sums(probs, labels)
+
+    def _sum_kept(self) -> None:
+        """Add the kept batches not yet in the sums, in arrival order (``keep_samples``).
+
+        Deferred so that a meter read only through :meth:`table` never pays for the sums;
+        they take the validated arrays (integer probabilities are floats by then, a bfloat16
+        tensor float32 whose row tolerance was applied), so their checks are skipped.
+        """
+        while self._summed < len(self._kept):
+            p, y, _, _ = self._kept[self._summed]
+            self._summed += 1
+            self._update_sums(p, y, checked=True)
+
+    def _softmax(self, logits: Any) -> Any:
+        """Probabilities of a batch of logits (softmax over dim 1), a tensor on its device."""
+        if isinstance(logits, torch.Tensor) and not self.keep_samples:
+            z = logits.detach()
+            work = z.dtype if z.dtype in _METER_WORK_DTYPES else torch.float32
+            return z.to(work).softmax(dim=1)
+        return softmax(_to_numpy(logits), axis=1)
+
+    def _update_sums(self, probs: Any, labels: Any, checked: bool = False) -> None:
         p, y = self._check_inputs(probs, labels)
         if p.numel() == 0:
             return
@@ -525,8 +658,9 @@ class CalibrationMeter:
                 conf[rows, cols], hits[rows, cols] = sums.add(
                     p3[rows, :, cols], y2[rows, cols], keys[rows, cols]
                 )
-        row_tolerance = 2.0**-7 if p.dtype == torch.bfloat16 else _ROW_SUM_TOLERANCE
-        self._check_values(sums.checks, row_tolerance)
+        if not checked:
+            row_tolerance = 2.0**-7 if p.dtype == torch.bfloat16 else _ROW_SUM_TOLERANCE
+            self._check_values(sums.checks, row_tolerance)
 
         state, m = self._state, self.n_bins
         pairs = sums.top_pairs[: 2 * m].view(m, 2)  # (misses, hits) per bin
@@ -613,16 +747,27 @@ class CalibrationMeter:
         Raises:
             TypeError: if ``other`` is not a :class:`CalibrationMeter`.
             ValueError: if the meters differ in ``num_classes``, ``n_bins``, ``ignore_index``,
-                ``aece_samples`` or ``background``.
+                ``aece_samples``, ``background`` or ``keep_samples``.
         """
         if not isinstance(other, CalibrationMeter):
             raise TypeError(f"`other` must be a CalibrationMeter, got {type(other).__name__}")
-        for name in ("num_classes", "n_bins", "ignore_index", "aece_samples", "background"):
+        for name in (
+            "num_classes",
+            "n_bins",
+            "ignore_index",
+            "aece_samples",
+            "background",
+            "keep_samples",
+        ):
             if getattr(self, name) != getattr(other, name):
                 raise ValueError(
                     f"cannot merge meters with different `{name}`: {getattr(self, name)!r} "
                     f"and {getattr(other, name)!r}"
                 )
+        self._sum_kept()
+        other._sum_kept()
+        self._kept.extend(other._kept)
+        self._summed = len(self._kept)
         if other._state is None:
             return self
         if self._state is None:
@@ -647,6 +792,7 @@ class CalibrationMeter:
     def confusion(self) -> np.ndarray:
         """(K, K) int64 confusion matrix: entry (i, j) counts valid pixels of label i, argmax j."""
         k = self.num_classes
+        self._sum_kept()
         if self._state is None:
             return np.zeros((k, k), dtype=np.int64)
         return self._state["confusion"].cpu().numpy().reshape(k, k).copy()
@@ -659,6 +805,7 @@ class CalibrationMeter:
         ``compute()["ece"]``; counts are 0 and means NaN before any valid pixel.
         """
         m = self.n_bins
+        self._sum_kept()
         if self._state is None:
             counts, conf_sums, hit_sums = np.zeros(m, np.int64), np.zeros(m), np.zeros(m)
         else:
@@ -692,6 +839,7 @@ class CalibrationMeter:
             (``ece_released`` is NaN too when every valid pixel is background).
         """
         k, m = self.num_classes, self.n_bins
+        self._sum_kept()
         if self._state is None:
             return {key: (0.0 if key in self._COUNT_KEYS else math.nan) for key in self.KEYS}
         state = {name: tensor.cpu().numpy() for name, tensor in self._state.items()}
@@ -738,3 +886,35 @@ class CalibrationMeter:
             "n_aece": float(fill),
             "n_released": float(released_n),
         }
+
+    def table(self, keys: str | tuple[str, ...] | None = None) -> dict[str, float]:
+        """The result-table metrics of all samples so far (``keep_samples=True`` only).
+
+        Every value is the public function named for its key in the docstring of
+        ``raysearch.metrics.TABLE_KEYS`` (``debiased_ce``: :func:`debiased_ece`), computed
+        with the same kernel on the concatenation of the kept batches, with this meter's
+        ``n_bins`` (``ece_100``: 100 bins; ``sweep_ce``: the bins of its sweep).
+
+        Args:
+            keys: names from ``CALIBRATED_KEYS`` or ``"debiased_ce"``, in the order wanted.
+                Defaults to all of them (``CALIBRATED_KEYS``, then ``debiased_ce``).
+
+        Returns:
+            Dict ``{key: float}`` in the order of ``keys``: fractions in [0, 1] (``nll`` in
+            nats, ``brier`` in [0, 2]); ``overconfidence`` / ``underconfidence`` are NaN when no
+            prediction is wrong / right.
+
+        Raises:
+            ValueError: if the meter was built without ``keep_samples``, has no sample yet, or
+                a key is unknown.
+        """
+        keys = _check_table_keys(_TABLE_KERNEL_KEYS if keys is None else keys, _TABLE_KERNEL_KEYS)
+        if not self.keep_samples:
+            raise ValueError("`table()` needs a meter built with `keep_samples=True`")
+        if not self._kept:
+            raise ValueError("`table()` needs at least one sample; call `update` first")
+        arrays = self._kept[0]  # one batch: its arrays as they are, no copy
+        if len(self._kept) > 1:
+            arrays = tuple(np.concatenate(parts) for parts in zip(*self._kept, strict=True))
+        compute = _table_kernels(*arrays, self.n_bins)
+        return {key: compute[key]() for key in keys}

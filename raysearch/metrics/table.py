@@ -3,34 +3,25 @@
 The key tuples (:data:`SUMMARY_KEYS`, :data:`DENSE_KEYS`, :data:`TABLE_KEYS` with the paper
 column each key reproduces, :data:`CALIBRATED_KEYS`, :data:`ESTIMATOR_KEYS`) and
 :func:`calibration_summary`, :func:`estimator_summary`, :func:`table_summary` and
-:func:`calibration_report`, which validate ``probs`` / ``labels`` once and call the private
-kernels of the metric modules.
+:func:`calibration_report`. The three summaries are thin wrappers: each feeds the whole split
+to one :class:`~raysearch.metrics.meter.CalibrationMeter` with ``keep_samples=True`` (which
+validates ``probs`` / ``labels`` once) and reads :meth:`~raysearch.metrics.meter.
+CalibrationMeter.table`, the one code path of every table metric.
 
-Imports the other modules of :mod:`raysearch.metrics` except :mod:`~raysearch.metrics.meter`
-and :mod:`~raysearch.metrics.bootstrap`; none of them imports this one.
+Imports :mod:`raysearch.metrics._checks` and :mod:`raysearch.metrics.meter`; no module of the
+package imports this one.
 """
 
 from typing import Any
 
 import numpy as np
 
-from raysearch.metrics._checks import (
-    _ROW_SUM_TOLERANCE,
-    _check_n_bins,
-    _validate_top1,
-    softmax,
+from raysearch.metrics._checks import _ROW_SUM_TOLERANCE, _check_n_bins, softmax
+from raysearch.metrics.meter import (  # noqa: F401
+    _ECE_100_BINS,
+    CalibrationMeter,
+    _check_table_keys,
 )
-from raysearch.metrics.binless import (
-    _brier,
-    _debiased_ce,
-    _ks,
-    _marginal_ece,
-    _nll,
-    _sweep_n_bins,
-)
-from raysearch.metrics.binned import _conditional_confidence
-from raysearch.metrics.binning import _bin_means, _bin_sums, _ece, _reduce_gaps
-from raysearch.metrics.classwise import _classwise_ece
 
 #: Metric names of :func:`calibration_summary`, reported by a trial as ``val_*``/``test_*``.
 SUMMARY_KEYS = ("accuracy", "ece", "aece", "cece", "mce", "nll", "brier")
@@ -120,19 +111,7 @@ def calibration_summary(probs: Any, labels: Any, n_bins: int = 15) -> dict[str, 
         TypeError: if ``n_bins`` is not an integer or ``probs`` does not hold real numbers.
         ValueError: if ``n_bins`` < 1, or for invalid ``probs`` / ``labels``.
     """
-    n_bins = _check_n_bins(n_bins)
-    p, y, conf, hits = _validate_top1(probs, labels)
-    counts, conf_sums, hit_sums = _bin_sums(conf, hits, n_bins, "equal_width")
-    accuracy_b, confidence_b = _bin_means(counts, conf_sums, hit_sums)
-    return {
-        "accuracy": float(np.mean(hits)),
-        "ece": _reduce_gaps(counts, accuracy_b, confidence_b, "l1"),
-        "aece": _ece(conf, hits, n_bins, "equal_mass", "l1"),
-        "cece": _classwise_ece(p, y, n_bins),
-        "mce": _reduce_gaps(counts, accuracy_b, confidence_b, "max"),
-        "nll": _nll(p, y, 1e-12),
-        "brier": _brier(p, y),
-    }
+    return _meter_table(probs, labels, n_bins, SUMMARY_KEYS)
 
 
 def estimator_summary(probs: Any, labels: Any, n_bins: int = 15) -> dict[str, float]:
@@ -163,19 +142,17 @@ def estimator_summary(probs: Any, labels: Any, n_bins: int = 15) -> dict[str, fl
         TypeError: if ``n_bins`` is not an integer or ``probs`` does not hold real numbers.
         ValueError: if ``n_bins`` < 1, or for invalid ``probs`` / ``labels``.
     """
-    n_bins = _check_n_bins(n_bins)
-    p, y, conf, hits = _validate_top1(probs, labels)
-    return {
-        "ece_l2em": _ece(conf, hits, n_bins, "equal_mass", "l2"),
-        "debiased_ce": _debiased_ce(conf, hits, n_bins),
-        "sweep_ce": _ece(conf, hits, _sweep_n_bins(conf, hits, "equal_mass"), "equal_mass", "l2"),
-        "marginal_ece": _marginal_ece(p, y, n_bins, "equal_mass", "l2"),
-        "ks": _ks(conf, hits),
-    }
+    return _meter_table(probs, labels, n_bins, ESTIMATOR_KEYS)
 
 
-#: Number of equal-width bins of ``ece_100`` (the "ECE 100" column of the objectness paper).
-_ECE_100_BINS = 100
+def _meter_table(probs: Any, labels: Any, n_bins: int, keys: tuple[str, ...]) -> dict[str, float]:
+    """``keys`` of :meth:`CalibrationMeter.table` after one update with the whole split."""
+    shape = tuple(getattr(probs, "shape", None) or np.shape(probs))
+    # K of a 2-D input; anything else is refused by the update with the functions' error
+    num_classes = int(shape[1]) if len(shape) == 2 and shape[1] > 0 else 1
+    meter = CalibrationMeter(num_classes, n_bins=n_bins, aece_samples=1, keep_samples=True)
+    meter.update(probs, labels)
+    return meter.table(keys)
 
 
 def table_summary(
@@ -208,34 +185,7 @@ def table_summary(
             ``labels`` (see :func:`accuracy`).
     """
     n_bins = _check_n_bins(n_bins)
-    keys = (keys,) if isinstance(keys, str) else tuple(keys)
-    unknown = [key for key in keys if key not in CALIBRATED_KEYS]
-    if unknown:
-        raise ValueError(
-            f"unknown table metric(s) {', '.join(map(repr, unknown))}; known: "
-            f"{', '.join(CALIBRATED_KEYS)}"
-        )
-    p, y, conf, hits = _validate_top1(probs, labels)
-    compute = {
-        "accuracy": lambda: float(np.mean(hits)),
-        "ece": lambda: _ece(conf, hits, n_bins, "equal_width", "l1"),
-        "ece_100": lambda: _ece(conf, hits, _ECE_100_BINS, "equal_width", "l1"),
-        "aece": lambda: _ece(conf, hits, n_bins, "equal_mass", "l1"),
-        "cece": lambda: _classwise_ece(p, y, n_bins),
-        "mce": lambda: _ece(conf, hits, n_bins, "equal_width", "max"),
-        "nll": lambda: _nll(p, y, 1e-12),
-        "brier": lambda: _brier(p, y),
-        "overconfidence": lambda: _conditional_confidence(conf, hits, over=True),
-        "underconfidence": lambda: _conditional_confidence(conf, hits, over=False),
-        "average_confidence": lambda: float(np.mean(conf, dtype=np.float64)),
-        "ece_l2em": lambda: _ece(conf, hits, n_bins, "equal_mass", "l2"),
-        "marginal_ece": lambda: _marginal_ece(p, y, n_bins, "equal_mass", "l2"),
-        "ks": lambda: _ks(conf, hits),
-        "sweep_ce": lambda: _ece(
-            conf, hits, _sweep_n_bins(conf, hits, "equal_mass"), "equal_mass", "l2"
-        ),
-    }
-    return {key: compute[key]() for key in keys}
+    return _meter_table(probs, labels, n_bins, _check_table_keys(keys, CALIBRATED_KEYS))
 
 
 def calibration_report(scores: Any, labels: Any, *, n_bins: int = 15,
