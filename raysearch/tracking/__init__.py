@@ -44,47 +44,8 @@ from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunT
 from mlflow.tracking import MlflowClient
 from ray import tune
 
-from raysearch import plots
 from raysearch.config import SELECTIONS, RunConfig
-from raysearch.records import (
-    ARTIFACT_FILES,
-    COMPLETED,
-    CONFIG_ID_KEY,
-    DIVERGED,
-    EPOCH_HISTORY,
-    LOGITS_FILE,
-    RELIABILITY,
-    RELIABILITY_PLOT,
-    RESUMED_FROM,
-    SEED_INDEX_KEY,
-)
-from raysearch.runs import (
-    COMPLETE_TAG,
-    CONFIG_TAG,
-    CONFIGURATION_TAG,
-    DEFAULT_EXPERIMENT,
-    ERROR_TAG,
-    EXPERIMENT_KIND,
-    EXPERIMENT_KIND_TAG,
-    METRIC_PREFIXES,
-    NODE_KEY,
-    NODE_TAG,
-    OUTCOME_TAG,
-    PARENT_TAG,
-    REPEATS_TAG,
-    RESUMED_TAG,
-    RETRIES_TAG,
-    SEALED_OUTCOMES,
-    SEEDS_TAG,
-    SWEEP_TAG,
-    TRIAL_TAG,
-    check_tracking_uri,
-    default_tracking_uri,
-    find_sweep,
-    list_sweeps,
-    resolve_tracking_uri,
-)
-from raysearch.selection import selection_table
+from raysearch.metrics.selection import selection_table
 from raysearch.tracking.book import _BOOKS as _BOOKS
 from raysearch.tracking.book import _BOOKS_LOCK as _BOOKS_LOCK
 from raysearch.tracking.book import _book_for as _book_for
@@ -120,6 +81,32 @@ from raysearch.tracking.export import best_config_document as best_config_docume
 from raysearch.tracking.export import check_export_versions as check_export_versions
 from raysearch.tracking.export import finalize_sweep as finalize_sweep
 from raysearch.tracking.export import requirements as requirements
+from raysearch.tracking.runs import (
+    COMPLETE_TAG,
+    CONFIG_TAG,
+    CONFIGURATION_TAG,
+    DEFAULT_EXPERIMENT,
+    ERROR_TAG,
+    EXPERIMENT_KIND,
+    EXPERIMENT_KIND_TAG,
+    METRIC_PREFIXES,
+    NODE_KEY,
+    NODE_TAG,
+    OUTCOME_TAG,
+    PARENT_TAG,
+    REPEATS_TAG,
+    RESUMED_TAG,
+    RETRIES_TAG,
+    SEALED_OUTCOMES,
+    SEEDS_TAG,
+    SWEEP_TAG,
+    TRIAL_TAG,
+    check_tracking_uri,
+    default_tracking_uri,
+    find_sweep,
+    list_sweeps,
+    resolve_tracking_uri,
+)
 from raysearch.tracking.sweeps import _SPOILING_OUTCOMES as _SPOILING_OUTCOMES
 from raysearch.tracking.sweeps import _coerce as _coerce
 from raysearch.tracking.sweeps import annotate_selection as annotate_selection
@@ -133,5 +120,18 @@ from raysearch.tracking.sweeps import trial_outputs as trial_outputs
 from raysearch.tracking.sweeps import write_parquet as write_parquet
 from raysearch.tracking.train import log_calibration_run as log_calibration_run
 from raysearch.tracking.train import train_and_log as train_and_log
+from raysearch.training import plots
+from raysearch.training.records import (
+    ARTIFACT_FILES,
+    COMPLETED,
+    CONFIG_ID_KEY,
+    DIVERGED,
+    EPOCH_HISTORY,
+    LOGITS_FILE,
+    RELIABILITY,
+    RELIABILITY_PLOT,
+    RESUMED_FROM,
+    SEED_INDEX_KEY,
+)
 
 logger = logging.getLogger(__name__)
