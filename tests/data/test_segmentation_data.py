@@ -552,7 +552,7 @@ def test_package_import_does_not_load_torchvision(monkeypatch):
                 raise ImportError(f"torchvision blocked in this test ({name})")
             return None
 
-    monkeypatch.setattr(raysearch, "data", raysearch.training.data)
+    monkeypatch.setattr(raysearch.training, "data", raysearch.training.data)
     for name in list(sys.modules):
         if name.partition(".")[0] == "torchvision" or name.startswith("raysearch.training.data"):
             monkeypatch.delitem(sys.modules, name)
