@@ -25,7 +25,7 @@ from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.integration
 
-RAYSEARCH = [sys.executable, "-m", "raysearch.cli.main"]
+RAYSEARCH = [sys.executable, "-m", "raysearch.cli"]
 
 
 def _sweep(*args: str, env: dict | None = None, timeout: int = 300):

@@ -7,7 +7,7 @@ import torch
 import yaml
 from click.testing import CliRunner
 
-from raysearch.cli.main import main
+from raysearch.cli.commands import main
 from raysearch.config import RunConfig
 from raysearch.training.data import load_dataset
 from raysearch.training.run import build_run_model, fit, load_run_data

@@ -28,14 +28,14 @@ from click.testing import CliRunner
 from clusters import start_cluster
 from mlflow.tracking import MlflowClient
 
-from raysearch.cli.main import main
+from raysearch.cli.commands import main
 from raysearch.config import RunConfig
 from raysearch.training.run import fit
 from raysearch.tune.engine import SweepSettings, run_sweep
 
 pytestmark = pytest.mark.integration
 
-RAYSEARCH = [sys.executable, "-m", "raysearch.cli.main"]
+RAYSEARCH = [sys.executable, "-m", "raysearch.cli"]
 
 
 def _runs(uri: str):

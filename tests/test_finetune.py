@@ -10,7 +10,7 @@ import torch
 from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 
-from raysearch.cli.main import main
+from raysearch.cli.commands import main
 from raysearch.config import RunConfig
 from raysearch.training.models import build_model
 from raysearch.training.models.pretrained import head_parameter_names

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from raysearch.cli.main import main
+from raysearch.cli.commands import main
 from raysearch.losses import build_loss, loss_parameters
 from raysearch.registry import (
     ENTRY_POINT_GROUPS,
@@ -177,7 +177,7 @@ def test_a_plugin_installed_with_pip_target_is_found_by_its_entry_point_names(tm
     elsewhere = tmp_path / "elsewhere"  # the package is not importable from the cwd
     elsewhere.mkdir()
     env = {**_env(), "PYTHONPATH": str(target)}
-    listed = subprocess.run([sys.executable, "-m", "raysearch.cli.main", "list", "models"],
+    listed = subprocess.run([sys.executable, "-m", "raysearch.cli", "list", "models"],
                             cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
     assert listed.returncode == 0, listed.stderr
     assert "tabular_mlp" in listed.stdout

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from formats import write_cifar10
 from mlflow.tracking import MlflowClient
 
-from raysearch.cli.main import main
+from raysearch.cli.commands import main
 from raysearch.cli.plan import SEARCHED
 from raysearch.training.data.splits import long_tail_counts
 from raysearch.tune.recipes import (
@@ -266,7 +266,7 @@ DRY_RUNS = {
 _DRY_RUN_PROCESS = """
 import json, os, sys
 from click.testing import CliRunner
-from raysearch.cli.main import main
+from raysearch.cli.commands import main
 data, cases = sys.argv[1], json.loads(sys.argv[2])
 out = {}
 for case, args in cases.items():

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from raysearch.calibration.reproduce import PUBLISHED, PublishedNumber, reproduce
-from raysearch.cli.main import main
+from raysearch.cli.commands import main
 from raysearch.metrics import ece, softmax
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

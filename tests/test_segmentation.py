@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
-from raysearch.cli.main import main
+from raysearch.cli.commands import main
 from raysearch.config import RunConfig
 from raysearch.metrics.selection import select_best
 from raysearch.training.data.segmentation import voc_palette

@@ -19,7 +19,7 @@ from formats import write_cifar10
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
-from raysearch.cli.main import main
+from raysearch.cli.commands import main
 from raysearch.metrics.shift import (
     CLEAN,
     SEVERITIES,

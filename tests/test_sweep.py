@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 from ray.tune import ExperimentAnalysis
 
 import raysearch
-from raysearch.cli.main import main
+from raysearch.cli.commands import main
 from raysearch.config import RunConfig
 from raysearch.losses import build_loss
 from raysearch.metrics.selection import pareto_front, select_best

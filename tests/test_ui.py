@@ -27,7 +27,7 @@ import pytest
 from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 
-from raysearch.cli.main import main
+from raysearch.cli.commands import main
 from raysearch.tracking import ui
 
 SWEEP = "ui-e2e"
@@ -122,7 +122,7 @@ def test_ui_base_url():
 
 def test_ui_module_imports_no_ray():
     code = ("import sys, raysearch.tracking.ui\n"
-            "print('ray' in sys.modules, 'raysearch.cli.main' in sys.modules)")
+            "print('ray' in sys.modules, 'raysearch.cli.commands' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "False False"
@@ -408,7 +408,7 @@ class _UiProcess:
     """`raysearch ui` as a subprocess; its stdout lines are collected by a thread."""
 
     def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "raysearch.cli.main", "ui", *args],
+        self.proc = subprocess.Popen([sys.executable, "-m", "raysearch.cli", "ui", *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines: queue.Queue = queue.Queue()
         self.out: list[str] = []
