@@ -16,9 +16,9 @@ import time
 
 import torch
 
-from raysearch.data import load_dataset
 from raysearch.losses import available_losses, build_loss
-from raysearch.models import build_model
+from raysearch.training.data import load_dataset
+from raysearch.training.models import build_model
 
 
 def _median_time(fn, repeats: int) -> float:

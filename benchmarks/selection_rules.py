@@ -1,13 +1,13 @@
 """Selection rules on repeated seeds: which one picks configurations that re-train better?
 
 A sweep with repeated seeds trains every configuration with R seeds and then selects one with
-a rule of :mod:`raysearch.repeats`:
+a rule of :mod:`raysearch.metrics.repeats`:
 
-- ``mean``: :func:`raysearch.repeats.select_on_means`, the lowest mean validation ECE among the
-  configurations whose mean validation accuracy is within 0.01 of the best mean;
-- ``robust``: :func:`raysearch.repeats.select_robust`, the same with the upper bound
+- ``mean``: :func:`raysearch.metrics.repeats.select_on_means`, the lowest mean validation ECE
+  among the configurations whose mean validation accuracy is within 0.01 of the best mean;
+- ``robust``: :func:`raysearch.metrics.repeats.select_robust`, the same with the upper bound
   ``mean + 1 * SEM`` of the validation ECE instead of the mean;
-- ``single`` (the R = 1 reference): :func:`raysearch.selection.select_best` on one seed per
+- ``single`` (the R = 1 reference): :func:`raysearch.metrics.selection.select_best` on one seed per
   configuration, what a sweep without repeats does.
 
 What a user gets is the exported configuration trained again with new seeds, so each rule is
@@ -140,7 +140,7 @@ def _init_worker() -> None:
     global _DATA
     import torch
 
-    from raysearch.data import load_dataset
+    from raysearch.training.data import load_dataset
 
     torch.set_num_threads(1)
     _DATA = load_dataset("digits", seed=0)
@@ -149,7 +149,7 @@ def _init_worker() -> None:
 def _fit_one(key: str, seed: int) -> dict[str, Any]:
     """Train one (configuration, seed) on the fixed split; returns its metrics and seconds."""
     from raysearch.config import RunConfig
-    from raysearch.training import DivergedError, fit
+    from raysearch.training.run import DivergedError, fit
 
     spec = json.loads(key)
     cfg = RunConfig(method=spec["method"], loss_params=dict(spec["loss_params"]),
@@ -220,7 +220,7 @@ def train_all(configs: list[tuple[str, dict[str, float], float]], seeds: int, ep
 
 
 def summary_from_arrays(acc: np.ndarray, ece: np.ndarray) -> pd.DataFrame:
-    """A :func:`raysearch.repeats.seed_summary`-shaped table from (K, n) seed arrays.
+    """A :func:`raysearch.metrics.repeats.seed_summary`-shaped table from (K, n) seed arrays.
 
     Same definitions (mean; SEM = sample std / sqrt(n), NaN for n = 1), computed with NumPy for
     the thousands of resampling draws; checked against ``seed_summary`` on the first draw.
@@ -254,8 +254,8 @@ def resample(runs: pd.DataFrame, repeats: int, draws: int, seed: int) -> dict[st
         ``config_id`` per draw, plus ``{rule}_ece`` / ``{rule}_acc`` (fresh mean test ECE and
         accuracy of the pick) and ``best_acc`` (best fresh mean test accuracy) per draw.
     """
-    from raysearch.repeats import seed_summary, select_on_means, select_robust
-    from raysearch.selection import select_best
+    from raysearch.metrics.repeats import seed_summary, select_on_means, select_robust
+    from raysearch.metrics.selection import select_best
 
     ids = np.sort(runs["config_id"].unique())
     s = int(runs.groupby("config_id").size().iloc[0])
@@ -336,7 +336,7 @@ def report(res: dict[str, np.ndarray], repeats: int, seeds: int, draws: int) -> 
 
 def print_configs(runs: pd.DataFrame) -> None:
     """Per configuration: mean ± SEM over all its seeds of validation/test accuracy and ECE."""
-    from raysearch.repeats import seed_summary
+    from raysearch.metrics.repeats import seed_summary
 
     table = seed_summary(runs, list(METRICS), keep=["label"])
     n = int(runs.groupby("config_id").size().max())

@@ -3,9 +3,9 @@
 The same digits configurations (sampled by the raysearch sweep, so every row trains exactly the
 same work) are trained four ways, with one torch thread per trial:
 
-1. ``plain loop``: one Python process calls ``raysearch.training.fit`` on them one after the other;
-2. ``two processes``: two warm Python processes (no Ray) each train half of them: the machine's
-   ceiling for two concurrent trials;
+1. ``plain loop``: one Python process calls ``raysearch.training.run.fit`` on them one after the
+other; 2. ``two processes``: two warm Python processes (no Ray) each train half of them: the
+   machine's ceiling for two concurrent trials;
 3. ``bare Ray Tune``: a ``tune.Tuner`` over the same configs (``reuse_actors=True``, 2 at a time)
    whose function calls the same ``fit`` and reports once at the end;
 4. ``raysearch sweep``: ``sweep_engine.run_sweep`` with its defaults (Optuna TPE, MLflow child
@@ -43,7 +43,7 @@ def _fit_all(configs: list[dict[str, Any]]) -> int:
     import torch
 
     from raysearch.config import RunConfig
-    from raysearch.training import DivergedError, fit
+    from raysearch.training.run import DivergedError, fit
 
     torch.set_num_threads(1)
     diverged = 0
@@ -96,7 +96,7 @@ def _bare_trial(config: dict[str, Any]) -> None:
     from ray import tune
 
     from raysearch.config import RunConfig
-    from raysearch.training import DivergedError, fit
+    from raysearch.training.run import DivergedError, fit
 
     torch.set_num_threads(1)
     try:
@@ -125,7 +125,7 @@ def epoch_seconds() -> float:
     import torch
 
     from raysearch.config import RunConfig
-    from raysearch.training import fit
+    from raysearch.training.run import fit
 
     torch.set_num_threads(1)
     _warm()
@@ -139,7 +139,7 @@ def scenario(space: str, trials: int, epochs: int, concurrency: int, seconds: fl
     import ray
 
     from raysearch import tracking
-    from raysearch.sweep_engine import SweepSettings, init_ray, run_sweep
+    from raysearch.tune.engine import SweepSettings, init_ray, run_sweep
 
     uri = f"sqlite:///{tmp}/bench.db"
     client, uri = tracking.get_client(uri)

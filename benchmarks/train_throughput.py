@@ -1,6 +1,6 @@
 """Training throughput (images/s) of ResNet-18 on CIFAR-shaped data, on the CPU and on a GPU.
 
-Everything runs through the code path of a sweep trial: `raysearch.training.fit` on an
+Everything runs through the code path of a sweep trial: `raysearch.training.run.fit` on an
 in-memory uint8 image set (`ImageTensorDataset`, random-crop + flip augmentation on the training
 device) with random 32x32 images and 10 classes, so no dataset is needed.
 
@@ -29,8 +29,8 @@ import torch
 
 def synthetic_splits(n_train: int, n_eval: int, *, seed: int = 0):
     """CIFAR-shaped DatasetSplits (uint8 3x32x32, 10 classes) from random pixels."""
-    from raysearch.data import DatasetSplits
-    from raysearch.data.images import CropFlip, ImageTensorDataset
+    from raysearch.training.data import DatasetSplits
+    from raysearch.training.data.images import CropFlip, ImageTensorDataset
 
     g = torch.Generator().manual_seed(seed)
 
@@ -49,7 +49,7 @@ def train_images_per_s(model: str, n_train: int, epochs: int, device: str,
                        precision: str = "auto", batch_size: int = 128) -> tuple[float, float]:
     """(images/s of the training epochs, seconds) of one `fit` run."""
     from raysearch.config import RunConfig
-    from raysearch.training import fit
+    from raysearch.training.run import fit
 
     data = synthetic_splits(n_train, 256)
     cfg = RunConfig(method="ce", model=model, epochs=epochs, batch_size=batch_size, lr=0.05)
@@ -65,8 +65,8 @@ def train_images_per_s(model: str, n_train: int, epochs: int, device: str,
 
 def data_share(model: str, device: str, steps: int = 30, batch_size: int = 128) -> float:
     """Share of a training step spent producing the batch (both timed with device syncs)."""
-    from raysearch.models import build_model
-    from raysearch.training import _Amp, _Source
+    from raysearch.training.models import build_model
+    from raysearch.training.run import _Amp, _Source
 
     dev = torch.device(device)
     data = synthetic_splits(batch_size * steps, 16)

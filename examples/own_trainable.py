@@ -8,7 +8,7 @@ Keep your training loop; take from raysearch what a calibration sweep needs:
   selection rule ("lowest validation ECE within 1% of the best validation accuracy"),
   ``pareto.png``, ``trials.parquet`` and ``best_config.yaml`` on the parent run
   (``raysearch.tracking.SweepCallback``);
-- the rule on a DataFrame (``raysearch.selection.select_best``).
+- the rule on a DataFrame (``raysearch.metrics.selection.select_best``).
 
 Run it (MLflow goes where ``$MLFLOW_TRACKING_URI`` says, else ``./mlruns.db``)::
 
@@ -33,9 +33,9 @@ from sklearn.model_selection import train_test_split
 import raysearch
 from raysearch.losses import build_loss
 from raysearch.metrics import calibration_report
-from raysearch.selection import select_best
-from raysearch.spaces import space_from_dict
+from raysearch.metrics.selection import select_best
 from raysearch.tracking import SweepCallback
+from raysearch.tune.spaces import space_from_dict
 
 #: What the sweep searches: the files' format, as a mapping (a YAML file works the same).
 SPACE = {

@@ -22,11 +22,11 @@ __version__ = "0.1.0"
 
 #: Public names -> the module that defines them (imported on first access).
 _LAZY = {
-    "DatasetSplits": "raysearch.data.splits",
-    "DatasetError": "raysearch.data.splits",
+    "DatasetSplits": "raysearch.training.data.splits",
+    "DatasetError": "raysearch.training.data.splits",
     "RunConfig": "raysearch.config",
     "SweepSettings": "raysearch.config",
-    "SweepResult": "raysearch.sweep_engine",
+    "SweepResult": "raysearch.tune.engine",
     "sweep": "raysearch.api",
     "train": "raysearch.api",
     "export": "raysearch.api",

@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raysearch.config import RunConfig, SweepSettings
+from raysearch.config import RunConfig
 from raysearch.registry import object_label
+from raysearch.tune.settings import SweepSettings
 
 __all__ = ["Calibration", "TrainRun", "calibrate", "export", "searcher", "sweep", "train"]
 
@@ -43,7 +44,7 @@ def _name_of(value: Any, kind: str, components: dict[str, dict[str, Any]]) -> st
     if value is None or isinstance(value, str):
         return value
     if not callable(value):
-        from raysearch.registries import registry
+        from raysearch.training.registries import registry
 
         raise ValueError(f"{registry(kind).noun} must be a name, an import string "
                          f"package.module:attr or a callable, got {value!r}")
@@ -63,11 +64,11 @@ def _metrics(metrics: Any, components: dict[str, dict[str, Any]]) -> tuple[str, 
 def sweep(space: str | Path | Mapping[str, Any] | Any, *, model: Any = None,
           dataset: Any = None, loss: Any = None, metrics: Any = None,
           progress: Callable[[str], None] | None = print, **settings: Any) -> Any:
-    """Run a sweep and return its :class:`~raysearch.sweep_engine.SweepResult`.
+    """Run a sweep and return its :class:`~raysearch.tune.engine.SweepResult`.
 
     Args:
         space: a bundled space name (``"acls"``), a YAML file, a loaded
-            :class:`~raysearch.spaces.SearchSpace`, or a mapping in the files' format
+            :class:`~raysearch.tune.spaces.SearchSpace`, or a mapping in the files' format
             (``{"method": ..., "params": {...}, "model": {...}, "optimizer": {...},
             "train": {...}}``; ``method`` may be left out when `loss` is given).
         model: the model for every trial: a name (``"resnet20"``), an import string, or a
@@ -82,7 +83,7 @@ def sweep(space: str | Path | Mapping[str, Any] | Any, *, model: Any = None,
             import strings): every trial logs ``val_<fn>`` and ``test_<fn>``; they may be the
             ``objective`` or the ``ece_metric``.
         progress: called with one line per finished trial and a few status lines (default:
-            :func:`print`; None: the ``raysearch.sweep_engine`` logger).
+            :func:`print`; None: the ``raysearch.tune.engine`` logger).
         **settings: any field of :class:`~raysearch.config.SweepSettings`: ``num_samples``,
             ``epochs``, ``max_concurrent``, ``objective``, ``tracking_uri``, ``experiment``,
             ``name``, ``seed``, ``data_dir``, ``gpus_per_trial``, ...
@@ -97,8 +98,8 @@ def sweep(space: str | Path | Mapping[str, Any] | Any, *, model: Any = None,
             import, a factory that raises or breaks its contract, a `loss` given with a space
             that names its own; all before Ray starts or anything is written.
     """
-    from raysearch.spaces import SearchSpace, load_space, space_from_dict
-    from raysearch.sweep_engine import run_sweep
+    from raysearch.tune.engine import run_sweep
+    from raysearch.tune.spaces import SearchSpace, load_space, space_from_dict
 
     components: dict[str, dict[str, Any]] = {}
     model_name = _name_of(model, "models", components)
@@ -177,7 +178,7 @@ def train(config: RunConfig | Mapping[str, Any] | str | Path, *, model: Any = No
     Raises:
         ValueError: one line for an invalid config, an unknown name, a factory that raises;
             before the MLflow run is created.
-        raysearch.training.DivergedError: if the loss becomes NaN (the run is marked FAILED).
+        raysearch.training.run.DivergedError: if the loss becomes NaN (the run is marked FAILED).
     """
     import yaml
 
@@ -250,8 +251,8 @@ def export(name: str, path: str | Path | None = None, *, tracking_uri: str | Non
     """
     import yaml
 
-    from raysearch.reports import quiet_mlflow
     from raysearch.tracking import best_config_document, get_client, load_sweep
+    from raysearch.tracking.reports import quiet_mlflow
 
     quiet_mlflow()
     client, _ = get_client(tracking_uri)
@@ -286,8 +287,8 @@ def searcher(space: Any, *, metric: str | Sequence[str] = ("val_accuracy", "val_
     """
     import optuna
 
-    from raysearch.spaces import SearchSpace, load_space, space_from_dict
-    from raysearch.sweep_engine import CompletedOnlyOptunaSearch, make_sampler
+    from raysearch.tune.engine import CompletedOnlyOptunaSearch, make_sampler
+    from raysearch.tune.spaces import SearchSpace, load_space, space_from_dict
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "A new study created" line
     if isinstance(space, Mapping):
@@ -307,13 +308,14 @@ class Calibration:
     """What :func:`calibrate` returns.
 
     Attributes:
-        report: the fitted calibrators' table (a :class:`~raysearch.posthoc.CalibrationReport`);
+        report: the fitted calibrators' table (a
+        :class:`~raysearch.calibration.posthoc.CalibrationReport`);
             None after a search.
         output_dir: the folder holding ``calibration.csv`` and the reliability diagrams; None
             after a search.
         run_id: the MLflow run the results were logged to (a search's parent run), or None.
         search: the post-hoc sweep's result (a
-            :class:`~raysearch.posthoc_sweep.PosthocSweepResult`) with `search`, else None.
+            :class:`~raysearch.tune.posthoc_sweep.PosthocSweepResult`) with `search`, else None.
     """
 
     report: Any = None
@@ -344,10 +346,10 @@ def calibrate(source: str | Path, *, methods: str | Sequence[str] = "ts,ets,cts,
     """Fit post-hoc calibrators on stored network outputs and compare them.
 
     Without `search` each calibrator in `methods` is fitted on the calibration part and
-    measured on the evaluation part (:func:`raysearch.posthoc.calibrate_outputs`); the table
-    goes to ``<output_dir>/calibration.csv`` with one reliability diagram per row, and to an
+    measured on the evaluation part (:func:`raysearch.calibration.posthoc.calibrate_outputs`); the
+    table goes to ``<output_dir>/calibration.csv`` with one reliability diagram per row, and to an
     MLflow run with `log` or a `tracking_uri`. With `search` a post-hoc space is swept with
-    Tune instead (:func:`raysearch.posthoc_sweep.run_posthoc_sweep`), always logged to MLflow.
+    Tune instead (:func:`raysearch.tune.posthoc_sweep.run_posthoc_sweep`), always logged to MLflow.
 
     Args:
         source: a ``.npz``/``.parquet`` file (or a pickle with `allow_pickle`) of logits or
@@ -380,9 +382,9 @@ def calibrate(source: str | Path, *, methods: str | Sequence[str] = "ts,ets,cts,
             an unknown calibrator or bad split settings, a search whose trials all failed.
         FileNotFoundError: if `source` is neither a file nor a run id.
     """
-    from raysearch import plots
-    from raysearch.posthoc import calibrate_outputs, load_outputs
-    from raysearch.reports import percent, quiet_mlflow
+    from raysearch.calibration.posthoc import calibrate_outputs, load_outputs
+    from raysearch.tracking.reports import percent, quiet_mlflow
+    from raysearch.training import plots
 
     say = progress or (lambda line: None)
     source = str(source)
@@ -401,7 +403,7 @@ def calibrate(source: str | Path, *, methods: str | Sequence[str] = "ts,ets,cts,
         outputs = load_outputs(path, allow_pickle=allow_pickle)
         stem = path.stem
     if search:
-        from raysearch.posthoc_sweep import run_posthoc_sweep
+        from raysearch.tune.posthoc_sweep import run_posthoc_sweep
 
         quiet_mlflow()
         result = run_posthoc_sweep(outputs, space=search, num_samples=num_samples,

@@ -21,11 +21,11 @@ Hydra's ``_target_`` do: only name modules you trust.
 This module is plain Python (``importlib``, ``importlib.metadata``); it imports no torch, Ray
 or MLflow, so every layer may use it.
 
-The registry of each kind lives with its built-ins (``raysearch.models.MODEL_REGISTRY``, ...);
-:func:`raysearch.registries.registry` finds one by kind.
+The registry of each kind lives with its built-ins (``raysearch.training.models.MODEL_REGISTRY``,
+...); :func:`raysearch.training.registries.registry` finds one by kind.
 
 Example:
-    >>> from raysearch.registries import registry
+    >>> from raysearch.training.registries import registry
     >>> registry("models").get("mypkg.models:make_net")          # doctest: +SKIP
     <function make_net at 0x...>
 """

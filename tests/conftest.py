@@ -20,11 +20,11 @@ def ray_session():
     """One local Ray instance (2 CPUs) shared by every integration test."""
     import ray
 
-    from raysearch.sweep_engine import init_ray, quiet_ray_env
+    from raysearch.tune.engine import init_ray, quiet_ray_env
 
     quiet_ray_env()
     if not ray.is_initialized():
-        from raysearch.trainable import trial_env
+        from raysearch.tune.trainable import trial_env
 
         ray.init(address="local", num_cpus=2, log_to_driver=False, include_dashboard=False,
                  runtime_env={"env_vars": trial_env()})

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
-from raysearch.cli import main
+from raysearch.cli.commands import main
 
 pytestmark = pytest.mark.integration
 

@@ -7,15 +7,18 @@ import sys
 
 import pytest
 
-SCIENCE = ["raysearch.losses", "raysearch.metrics", "raysearch.data", "raysearch.models",
-           "raysearch.training", "raysearch.config", "raysearch.selection", "raysearch.posthoc",
-           "raysearch.calibration", "raysearch.reproduce", "raysearch.shift",
-           "raysearch.data.images", "raysearch.data.vision", "raysearch.models.resnet",
-           "raysearch.models.torchvision_models", "raysearch.dense", "raysearch.repeats",
-           "raysearch.data.segmentation", "raysearch.models.segmentation", "raysearch.data.cub",
-           "raysearch.models.pretrained",
-           "raysearch.data.text", "raysearch.models.text", "raysearch.registry",
-           "raysearch.loop", "raysearch.tasks", "raysearch.optim", "raysearch.data.splits"]
+SCIENCE = ["raysearch.losses", "raysearch.metrics", "raysearch.training.data",
+           "raysearch.training.models", "raysearch.training", "raysearch.training.run",
+           "raysearch.config", "raysearch.metrics.selection", "raysearch.calibration.posthoc",
+           "raysearch.calibration", "raysearch.calibration.reproduce", "raysearch.metrics.shift",
+           "raysearch.training.data.images", "raysearch.training.data.vision",
+           "raysearch.training.models.resnet", "raysearch.training.models.torchvision_models",
+           "raysearch.training.dense", "raysearch.metrics.repeats",
+           "raysearch.training.data.segmentation", "raysearch.training.models.segmentation",
+           "raysearch.training.data.cub", "raysearch.training.models.pretrained",
+           "raysearch.training.data.text", "raysearch.training.models.text", "raysearch.registry",
+           "raysearch.training.loop", "raysearch.training.tasks", "raysearch.training.optim",
+           "raysearch.training.data.splits", "raysearch.training.registries"]
 FORBIDDEN = ["ray", "mlflow", "optuna", "matplotlib", "raysearch.cli"]
 
 
@@ -30,16 +33,17 @@ def test_science_module_imports_no_infrastructure(module):
 
 
 def test_nothing_imports_the_cli():
-    code = ("import sys, raysearch.sweep_engine, raysearch.tracking, raysearch.trainable, "
-            "raysearch.spaces, raysearch.plots\nprint('raysearch.cli' in sys.modules)")
+    code = ("import sys, raysearch.tune.engine, raysearch.tracking, raysearch.tune.trainable, "
+            "raysearch.tune.spaces, raysearch.training.plots\n"
+            "print('raysearch.cli' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "False"
 
 
-ENGINE = ["training/__init__.py", "training/run_parts.py", "training/run_weights.py",
+ENGINE = ["training/run.py", "training/run_parts.py", "training/run_weights.py",
           "training/divergence.py", "training/mixing.py", "training/interleaving.py",
-          "trainable.py", "sweep_engine.py", "loop.py"]
+          "tune/trainable.py", "tune/engine.py", "training/loop.py"]
 
 
 @pytest.mark.parametrize("module", ENGINE)
@@ -50,8 +54,8 @@ def test_the_engine_names_no_dataset_model_or_task(module):
     from pathlib import Path
 
     import raysearch
-    from raysearch.data import _DATASETS
-    from raysearch.models import _MODELS, _SEGMENTATION_MODELS, _TEXT_MODELS
+    from raysearch.training.data import _DATASETS
+    from raysearch.training.models import _MODELS, _SEGMENTATION_MODELS, _TEXT_MODELS
 
     tree = ast.parse((Path(raysearch.__file__).parent / module).read_text())
     for node in ast.walk(tree):  # docstrings may explain the tasks; the code may not name them

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 
-from raysearch.cli import main
+from raysearch.cli.commands import main
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar_outputs"
 WRN = SHARED / "netcal_wideresnet-16-4-cifar-10.npz"

@@ -8,7 +8,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from raysearch.cli import main
+from raysearch.cli.commands import main
 
 
 def _run(*args: str):

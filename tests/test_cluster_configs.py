@@ -105,7 +105,7 @@ def _parse(cli: click.Group, argv: list[str]) -> tuple[click.Command, dict]:
 
 
 def _raysearch(argv: list[str]) -> dict:
-    from raysearch.cli import main
+    from raysearch.cli.commands import main
 
     assert argv[0] == "raysearch", argv
     return _parse(main, argv[1:])[1]

@@ -7,11 +7,12 @@ import torch
 import yaml
 from click.testing import CliRunner
 
-from raysearch.cli import main
-from raysearch.config import RunConfig, SweepSettings
-from raysearch.data import load_dataset
-from raysearch.spaces import SpaceError, space_from_dict
-from raysearch.training import build_run_model, fit, load_run_data
+from raysearch.cli.commands import main
+from raysearch.config import RunConfig
+from raysearch.training.data import load_dataset
+from raysearch.training.run import build_run_model, fit, load_run_data
+from raysearch.tune.settings import SweepSettings
+from raysearch.tune.spaces import SpaceError, space_from_dict
 
 # an export written by raysearch before the sections (every flat field, as it wrote them)
 OLD_EXPORT = """\
@@ -198,9 +199,9 @@ def test_sweep_settings_are_typed_and_take_resources_flat_or_in_a_section():
 def test_the_api_names_stay_callable_once_the_engine_is_imported():
     """`raysearch.sweep` is the API function, not a module that importing it would shadow."""
     import raysearch
-    import raysearch.sweep_engine  # noqa: F401 (what a sweep imports)
+    import raysearch.tune.engine  # noqa: F401 (what a sweep imports)
 
     assert callable(raysearch.sweep)
     assert callable(raysearch.train)
-    assert raysearch.SweepResult is raysearch.sweep_engine.SweepResult
+    assert raysearch.SweepResult is raysearch.tune.engine.SweepResult
     assert raysearch.sweep.__module__ == "raysearch.api"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raysearch.recipes import apply_recipe, available_recipes, load_recipe
-from raysearch.spaces import load_space
+from raysearch.tune.recipes import apply_recipe, available_recipes, load_recipe
+from raysearch.tune.spaces import load_space
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "recipes.md"
 TEXT = DOC.read_text()

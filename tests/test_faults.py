@@ -28,10 +28,10 @@ from click.testing import CliRunner
 from clusters import start_cluster
 from mlflow.tracking import MlflowClient
 
-from raysearch.cli import main
+from raysearch.cli.commands import main
 from raysearch.config import RunConfig
-from raysearch.sweep_engine import SweepSettings, run_sweep
-from raysearch.training import fit
+from raysearch.training.run import fit
+from raysearch.tune.engine import SweepSettings, run_sweep
 
 pytestmark = pytest.mark.integration
 

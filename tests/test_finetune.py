@@ -10,11 +10,11 @@ import torch
 from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 
-from raysearch.cli import main
+from raysearch.cli.commands import main
 from raysearch.config import RunConfig
-from raysearch.models import build_model
-from raysearch.models.pretrained import head_parameter_names
-from raysearch.training import fit
+from raysearch.training.models import build_model
+from raysearch.training.models.pretrained import head_parameter_names
+from raysearch.training.run import fit
 
 
 def _weights(tmp_path, num_classes: int):

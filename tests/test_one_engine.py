@@ -108,21 +108,21 @@ def test_exactly_one_tuner_construction_in_the_package():
              for line, function in hits]
     assert len(found) == 1, f"Tuner constructed in several places: {found}"
     module, _, function = found[0]
-    assert (module, function) == ("sweep_engine.py", "build_tuner")
+    assert (module, function) == ("tune/engine.py", "build_tuner")
 
 
-@pytest.mark.parametrize("module", ["sweep_engine.py", "posthoc_sweep.py"])
+@pytest.mark.parametrize("module", ["tune/engine.py", "tune/posthoc_sweep.py"])
 def test_training_and_posthoc_sweeps_build_their_tuner_with_build_tuner(module):
     tree = ast.parse((PACKAGE / module).read_text())
     callers = {node.name for node in ast.walk(tree)
                if isinstance(node, ast.FunctionDef) and any(
                    isinstance(c, ast.Call) and getattr(c.func, "id", None) == "build_tuner"
                    for c in ast.walk(node))}
-    assert callers == ({"_new_tuner"} if module == "sweep_engine.py" else {"_run_trials"})
+    assert callers == ({"_new_tuner"} if module == "tune/engine.py" else {"_run_trials"})
 
 
 def test_no_posthoc_function_is_over_the_line_limit():
-    lines = code_lines((PACKAGE / "posthoc_sweep.py").read_text())
+    lines = code_lines((PACKAGE / "tune/posthoc_sweep.py").read_text())
     assert "run_posthoc_sweep" in lines
     too_long = {name: n for name, n in lines.items() if n > MAX_CODE_LINES}
     assert not too_long, f"functions over {MAX_CODE_LINES} code lines: {too_long}"

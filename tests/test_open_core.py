@@ -26,7 +26,7 @@ from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 
 import raysearch
-from raysearch.cli import main
+from raysearch.cli.commands import main
 
 pytestmark = pytest.mark.integration
 

@@ -10,10 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from raysearch.cli import main
+from raysearch.cli.commands import main
 from raysearch.losses import build_loss, loss_parameters
-from raysearch.models import build_model
-from raysearch.registries import registry
 from raysearch.registry import (
     ENTRY_POINT_GROUPS,
     Registry,
@@ -23,6 +21,8 @@ from raysearch.registry import (
     is_import_string,
     object_label,
 )
+from raysearch.training.models import build_model
+from raysearch.training.registries import registry
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tabular_calib"
 
@@ -183,9 +183,9 @@ def test_a_plugin_installed_with_pip_target_is_found_by_its_entry_point_names(tm
     assert "tabular_mlp" in listed.stdout
     assert "tabular-calib 0.1.0" in listed.stdout
     probe = subprocess.run([sys.executable, "-c", textwrap.dedent("""
-        from raysearch.registries import registry
-        from raysearch.models import build_model
-        from raysearch.data import load_dataset
+        from raysearch.training.registries import registry
+        from raysearch.training.models import build_model
+        from raysearch.training.data import load_dataset
         data = load_dataset("synthetic_table", n_samples=400, n_features=6)
         model = build_model("tabular_mlp", num_classes=data.num_classes,
                             input_shape=data.input_shape, hidden=5)

@@ -9,9 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from raysearch import posthoc
-from raysearch.metrics import ece, softmax
-from raysearch.posthoc import (
+from raysearch.calibration import posthoc
+from raysearch.calibration.posthoc import (
     METRIC_COLUMNS,
     CalibrationReport,
     Outputs,
@@ -20,6 +19,7 @@ from raysearch.posthoc import (
     split_outputs,
     write_outputs_parquet,
 )
+from raysearch.metrics import ece, softmax
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 WRN = SHARED_DATA / "cifar_outputs" / "netcal_wideresnet-16-4-cifar-10.npz"
@@ -387,12 +387,12 @@ def test_real_wrn_temperature_scaling():
 
 def test_posthoc_imports_no_infrastructure():
     code = (
-        "import sys, raysearch.posthoc\n"
-        "bad = [m for m in ('ray', 'mlflow', 'optuna', 'matplotlib', 'raysearch.cli') "
+        "import sys, raysearch.calibration.posthoc\n"
+        "bad = [m for m in ('ray', 'mlflow', 'optuna', 'matplotlib', 'raysearch.cli.commands') "
         "if m in sys.modules]\nprint(','.join(bad))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert out == ""
-    assert posthoc.__name__ == "raysearch.posthoc"
+    assert posthoc.__name__ == "raysearch.calibration.posthoc"

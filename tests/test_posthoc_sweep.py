@@ -1,4 +1,4 @@
-"""Tests of raysearch.posthoc_sweep: post-hoc space loading, conditional sampling, a real sweep."""
+"""Tests of raysearch.tune.posthoc_sweep: post-hoc spaces, conditional sampling, a real sweep."""
 
 from pathlib import Path
 
@@ -6,10 +6,10 @@ import numpy as np
 import optuna
 import pytest
 
-from raysearch.posthoc import Outputs
-from raysearch.posthoc_sweep import PosthocSpace, load_posthoc_space, run_posthoc_sweep
-from raysearch.selection import select_best
-from raysearch.spaces import SpaceError, available_spaces, load_space, space_kind
+from raysearch.calibration.posthoc import Outputs
+from raysearch.metrics.selection import select_best
+from raysearch.tune.posthoc_sweep import PosthocSpace, load_posthoc_space, run_posthoc_sweep
+from raysearch.tune.spaces import SpaceError, available_spaces, load_space, space_kind
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

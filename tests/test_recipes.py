@@ -10,10 +10,10 @@ from click.testing import CliRunner
 from formats import write_cifar10
 from mlflow.tracking import MlflowClient
 
-from raysearch.cli import main
-from raysearch.data.splits import long_tail_counts
-from raysearch.plan import SEARCHED
-from raysearch.recipes import (
+from raysearch.cli.commands import main
+from raysearch.cli.plan import SEARCHED
+from raysearch.training.data.splits import long_tail_counts
+from raysearch.tune.recipes import (
     RecipeError,
     apply_recipe,
     available_recipes,
@@ -21,7 +21,7 @@ from raysearch.recipes import (
     default_recipe,
     load_recipe,
 )
-from raysearch.spaces import load_space
+from raysearch.tune.spaces import load_space
 
 PAPERS = Path(__file__).resolve().parents[2] / "shared" / "papers"
 
@@ -266,14 +266,14 @@ DRY_RUNS = {
 _DRY_RUN_PROCESS = """
 import json, os, sys
 from click.testing import CliRunner
-from raysearch.cli import main
+from raysearch.cli.commands import main
 data, cases = sys.argv[1], json.loads(sys.argv[2])
 out = {}
 for case, args in cases.items():
     result = CliRunner().invoke(main, ["sweep", *args, "--dataset", "cifar10", "--data-dir",
                                        data, "-n", "4", "--dry-run"])
     out[case] = [result.exit_code, result.stdout]
-out["_modules"] = {m: m in sys.modules for m in ("ray", "mlflow", "raysearch.sweep_engine")}
+out["_modules"] = {m: m in sys.modules for m in ("ray", "mlflow", "raysearch.tune.engine")}
 out["_files"] = os.listdir(".")
 print(json.dumps(out))
 """
@@ -294,7 +294,7 @@ def dry_runs(cifar_dir, tmp_path_factory):
 
 def test_a_dry_run_starts_nothing(dry_runs):
     assert dry_runs["_modules"] == {"ray": False, "mlflow": False,
-                                    "raysearch.sweep_engine": False}
+                                    "raysearch.tune.engine": False}
     assert dry_runs["_files"] == []  # no mlruns.db, no ray_results
 
 

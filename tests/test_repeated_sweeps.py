@@ -18,11 +18,12 @@ import pytest
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
-from raysearch import plots, tracking
-from raysearch.data import load_dataset
-from raysearch.searchers import RepeatedSearcher, mean_result
-from raysearch.spaces import CONFIG_ID_KEY, SEED_INDEX_KEY, load_space
-from raysearch.sweep_engine import CompletedOnlyOptunaSearch, SweepSettings, make_sampler
+from raysearch import tracking
+from raysearch.training import plots
+from raysearch.training.data import load_dataset
+from raysearch.tune.engine import CompletedOnlyOptunaSearch, SweepSettings, make_sampler
+from raysearch.tune.searchers import RepeatedSearcher, mean_result
+from raysearch.tune.spaces import CONFIG_ID_KEY, SEED_INDEX_KEY, load_space
 
 OBJ = {"metric": ["val_accuracy", "val_ece"], "mode": ["max", "min"]}
 State = optuna.trial.TrialState

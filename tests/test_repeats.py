@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from raysearch.repeats import (
+from raysearch.metrics.repeats import (
     cohens_d,
     compare_methods,
     seed_summary,

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from raysearch.config import RunConfig
-from raysearch.trainable import (
+from raysearch.tune.trainable import (
     COMPLETED,
     EPOCH_HISTORY,
     RELIABILITY_PLOT,

@@ -1,4 +1,4 @@
-"""Tests of raysearch.reproduce and `raysearch reproduce`: published numbers beside ours."""
+"""Tests of raysearch.calibration.reproduce and `raysearch reproduce`: published beside ours."""
 
 import math
 import pickle
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from raysearch.cli import main
+from raysearch.calibration.reproduce import PUBLISHED, PublishedNumber, reproduce
+from raysearch.cli.commands import main
 from raysearch.metrics import ece, softmax
-from raysearch.reproduce import PUBLISHED, PublishedNumber, reproduce
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 LT_FILES = [

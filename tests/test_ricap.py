@@ -6,11 +6,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from raysearch.config import RunConfig
-from raysearch.data import load_dataset
-from raysearch.data.ricap import ricap, ricap_patches
-from raysearch.spaces import load_space
 from raysearch.tracking import run_params
-from raysearch.training import _make_mixer, fit
+from raysearch.training.data import load_dataset
+from raysearch.training.data.ricap import ricap, ricap_patches
+from raysearch.training.run import _make_mixer, fit
+from raysearch.tune.spaces import load_space
 
 N, K, H, W = 6, 4, 4, 5
 LABELS = torch.tensor([0, 1, 2, 3, 1, 2])

@@ -8,8 +8,8 @@ import optuna
 import pytest
 from ray.tune.search.optuna import OptunaSearch
 
-from raysearch.spaces import load_space
-from raysearch.sweep_engine import CompletedOnlyOptunaSearch, make_sampler
+from raysearch.tune.engine import CompletedOnlyOptunaSearch, make_sampler
+from raysearch.tune.spaces import load_space
 
 OBJ = {"metric": ["val_accuracy", "val_ece"], "mode": ["max", "min"]}
 
@@ -46,7 +46,7 @@ def test_partial_trials_are_pruned_and_stay_off_optunas_front():
 
 
 def test_max_failures_default_and_the_settings_record(monkeypatch):
-    from raysearch.sweep_engine import SweepSettings
+    from raysearch.tune.engine import SweepSettings
 
     monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR", raising=False)
     assert SweepSettings().resolved_max_failures() == 0

@@ -13,10 +13,10 @@ from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
-from raysearch.cli import main
+from raysearch.cli.commands import main
 from raysearch.config import RunConfig
-from raysearch.data.segmentation import voc_palette
-from raysearch.selection import select_best
+from raysearch.metrics.selection import select_best
+from raysearch.training.data.segmentation import voc_palette
 
 CROP = 64
 CLASSES_USED = (0, 1, 7, 15)  # background, aeroplane, car, person
@@ -57,7 +57,7 @@ def write_voc(root, *, n_train: int = 8, n_val: int = 4, bad_value: int | None =
 
 
 def test_fit_deeplabv3_on_a_voc_tree(tmp_path):
-    from raysearch.training import fit
+    from raysearch.training.run import fit
 
     data_dir = write_voc(tmp_path)
     cfg = RunConfig(method="mbls", loss_params={"margin": 10.0, "alpha": 0.1}, dataset="voc",

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from raysearch.selection import pareto_front, select_best, selection_table
+from raysearch.metrics.selection import pareto_front, select_best, selection_table
 
 
 def _trials(points):
@@ -200,7 +200,7 @@ def test_numpy_scalars_and_math_nan():
 
 def test_selection_imports_no_ray_mlflow():
     code = (
-        "import sys, raysearch.selection\n"
+        "import sys, raysearch.metrics.selection\n"
         "bad = [m for m in ('ray', 'mlflow', 'optuna', 'matplotlib') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

@@ -14,7 +14,7 @@ import pytest
 
 from raysearch.calibration import fit_calibrator
 from raysearch.metrics import ece, softmax
-from raysearch.shift import (
+from raysearch.metrics.shift import (
     CLEAN,
     DEFAULT_CORRUPTIONS,
     SEVERITIES,
@@ -443,7 +443,7 @@ def test_report_frame_from_plain_rows():
 def test_shift_plot_writes_a_png(tmp_path):
     import matplotlib
 
-    from raysearch.plots import shift_plot
+    from raysearch.training.plots import shift_plot
 
     shift_set, lookup = lookup_set()
     predict_logits, _ = lookup_model(lookup)
@@ -460,7 +460,7 @@ def test_shift_plot_writes_a_png(tmp_path):
 
 def test_shift_module_imports_no_infrastructure_or_library():
     code = (
-        "import sys, raysearch.shift\n"
+        "import sys, raysearch.metrics.shift\n"
         "bad = [m for m in ('ray', 'mlflow', 'optuna', 'matplotlib', 'imagecorruptions')"
         " if m in sys.modules]\nprint(','.join(bad))"
     )

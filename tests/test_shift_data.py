@@ -19,9 +19,8 @@ from formats import write_cifar10
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
-from raysearch.cli import main
-from raysearch.config import SweepSettings
-from raysearch.shift import (
+from raysearch.cli.commands import main
+from raysearch.metrics.shift import (
     CLEAN,
     SEVERITIES,
     LazyImages,
@@ -29,6 +28,7 @@ from raysearch.shift import (
     evaluate_shift,
     load_released_shift_set,
 )
+from raysearch.tune.settings import SweepSettings
 
 LAYOUTS = "expected CIFAR-10-C (<corruption>.npy + labels.npy) or ImageNet-C"
 

@@ -1,4 +1,4 @@
-"""Tests of raysearch.spaces: bundled YAML search spaces, Optuna define-by-run, validation."""
+"""Tests of raysearch.tune.spaces: bundled YAML search spaces, Optuna define-by-run, validation."""
 
 import math
 import re
@@ -12,7 +12,7 @@ import pytest
 
 from raysearch.config import TRAIN_KEYS, RunConfig
 from raysearch.losses import available_losses, build_loss
-from raysearch.spaces import (
+from raysearch.tune.spaces import (
     SearchSpace,
     SpaceError,
     available_spaces,
@@ -312,7 +312,8 @@ def test_describe_lists_every_parameter():
 
 
 def test_module_imports_no_ray_or_mlflow():
-    code = "import sys, raysearch.spaces; print(any(m in sys.modules for m in ('ray', 'mlflow')))"
+    code = ("import sys, raysearch.tune.spaces; "
+            "print(any(m in sys.modules for m in ('ray', 'mlflow')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -15,10 +15,10 @@ from mlflow.tracking import MlflowClient
 from ray.tune import ExperimentAnalysis
 
 import raysearch
-from raysearch.cli import main
+from raysearch.cli.commands import main
 from raysearch.config import RunConfig
 from raysearch.losses import build_loss
-from raysearch.selection import pareto_front, select_best
+from raysearch.metrics.selection import pareto_front, select_best
 
 pytestmark = pytest.mark.integration
 
@@ -152,7 +152,7 @@ def test_parent_artifacts_and_selection(acls_sweep, tmp_path):
 
 
 def test_children_carry_post_ts_metrics_and_parquet_logits(acls_sweep, tmp_path):
-    from raysearch.posthoc import load_outputs
+    from raysearch.calibration.posthoc import load_outputs
 
     client = acls_sweep["client"]
     _, children = _parent_and_children(acls_sweep["runs"])
@@ -378,7 +378,7 @@ def test_repeated_sweep_end_to_end(ray_session, tmp_path, sqlite_uri):
     """--repeats 2: a configuration run per sampled point with its two seed runs under it."""
     from PIL import Image
 
-    from raysearch.repeats import cohens_d
+    from raysearch.metrics.repeats import cohens_d
 
     space = tmp_path / "two.yaml"
     space.write_text("methods: [ce, ls]\ndescription: two methods\n"

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from formats import write_cifar10
 from mlflow.tracking import MlflowClient
 
-from raysearch.cli import main
+from raysearch.cli.commands import main
 from raysearch.tracking import MlflowSweepCallback
 
 pytestmark = pytest.mark.integration

@@ -12,8 +12,8 @@ import torch
 
 from raysearch import metrics
 from raysearch.calibration import fit_calibrator
-from raysearch.config import RunConfig, SweepSettings
-from raysearch.data import load_dataset
+from raysearch.calibration.posthoc import METRIC_COLUMNS
+from raysearch.config import RunConfig
 from raysearch.metrics import (
     CALIBRATED_KEYS,
     ESTIMATOR_KEYS,
@@ -22,9 +22,10 @@ from raysearch.metrics import (
     softmax,
     table_summary,
 )
-from raysearch.posthoc import METRIC_COLUMNS
-from raysearch.tasks import ClassificationTask
-from raysearch.training import fit
+from raysearch.training.data import load_dataset
+from raysearch.training.run import fit
+from raysearch.training.tasks import ClassificationTask
+from raysearch.tune.settings import SweepSettings
 
 # Four binary predictions, all of class 0, with confidences 0.61, 0.62, 0.9, 0.95 and hits
 # 1, 0, 1, 0 (labels 0, 1, 0, 1).

@@ -10,10 +10,10 @@ import torch
 from torch.utils.data import Dataset, TensorDataset
 
 from raysearch.config import RunConfig
-from raysearch.data import DatasetSplits, load_dataset
 from raysearch.metrics import ESTIMATOR_KEYS, TABLE_KEYS
-from raysearch.trainable import load_state
-from raysearch.training import DivergedError, TrainResult, evaluate, fit
+from raysearch.training.data import DatasetSplits, load_dataset
+from raysearch.training.run import DivergedError, TrainResult, evaluate, fit
+from raysearch.tune.trainable import load_state
 
 SUMMARY = ("accuracy", "ece", "aece", "cece", "mce", "nll", "brier")
 EPOCH_KEYS = {"train_loss", "train_accuracy"} | {f"val_{k}" for k in SUMMARY}
@@ -239,7 +239,7 @@ def test_cuda(digits):
 def test_no_framework_imports():
     code = (
         "import sys\n"
-        "import raysearch.data, raysearch.models, raysearch.training\n"
+        "import raysearch.training.data, raysearch.training.models, raysearch.training\n"
         "banned = [m for m in ('ray', 'mlflow', 'optuna', 'matplotlib') if m in sys.modules]\n"
         "assert not banned, banned\n"
     )

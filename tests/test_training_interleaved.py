@@ -1,4 +1,4 @@
-"""Interleaved training (Karandikar et al., App. B) in raysearch.training.fit."""
+"""Interleaved training (Karandikar et al., App. B) in raysearch.training.run.fit."""
 
 import numpy as np
 import pytest
@@ -8,10 +8,10 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from raysearch.config import RunConfig
-from raysearch.data import DatasetSplits
 from raysearch.losses.penalties import ConfidencePenalty
 from raysearch.metrics import ESTIMATOR_KEYS, TABLE_KEYS
-from raysearch.training import _interleave_split, fit
+from raysearch.training.data import DatasetSplits
+from raysearch.training.run import _interleave_split, fit
 
 SUMMARY = ("accuracy", "ece", "aece", "cece", "mce", "nll", "brier")
 FINAL_KEYS = {"train_loss", "train_accuracy"} | {

@@ -11,8 +11,8 @@ import torch
 from torchvision.transforms import v2
 
 from raysearch.config import RunConfig
-from raysearch.data import load_dataset
-from raysearch.training import DivergedError, _Guard, _make_mixer, fit, lr_factor
+from raysearch.training.data import load_dataset
+from raysearch.training.run import DivergedError, _Guard, _make_mixer, fit, lr_factor
 
 
 @pytest.fixture(scope="module")
@@ -139,8 +139,8 @@ def test_image_files_train_through_dataloader_workers(tmp_path):
     # an ImageFolder tree of PNG files: read per sample by a DataLoader with a worker process
     from formats import write_image_tree
 
-    from raysearch.data.images import ImageFileDataset
-    from raysearch.data.vision import load_imagefolder
+    from raysearch.training.data.images import ImageFileDataset
+    from raysearch.training.data.vision import load_imagefolder
 
     write_image_tree(tmp_path / "tree", per_class=12)
     data = load_imagefolder(seed=0, data_dir=tmp_path / "tree", image_size=16)
@@ -157,7 +157,7 @@ def test_image_files_train_through_dataloader_workers(tmp_path):
 def test_in_memory_images_train_with_augmentation_reproducibly(tmp_path):
     from formats import write_cifar10
 
-    from raysearch.data.images import ImageTensorDataset
+    from raysearch.training.data.images import ImageTensorDataset
 
     write_cifar10(tmp_path, per_batch=20, n_test=20)  # 100 images: 90 train, 10 val
     data = load_dataset("cifar10", data_dir=tmp_path, seed=0)

@@ -1,4 +1,4 @@
-"""`raysearch ui` and raysearch.ui: links into MLflow's model-training view.
+"""`raysearch ui` and raysearch.tracking.ui: links into MLflow's model-training view.
 
 The end-to-end test runs a real sweep, serves its store with `raysearch ui`, and opens the
 printed link in a real headless Chromium (driven over the DevTools protocol on a pipe, so it
@@ -27,8 +27,8 @@ import pytest
 from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 
-from raysearch import ui
-from raysearch.cli import main
+from raysearch.cli.commands import main
+from raysearch.tracking import ui
 
 SWEEP = "ui-e2e"
 N_TRIALS = 2
@@ -121,18 +121,20 @@ def test_ui_base_url():
 
 
 def test_ui_module_imports_no_ray():
-    code = "import sys, raysearch.ui\nprint('ray' in sys.modules, 'raysearch.cli' in sys.modules)"
+    code = ("import sys, raysearch.tracking.ui\n"
+            "print('ray' in sys.modules, 'raysearch.cli.commands' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "False False"
 
 
 def test_tracking_reexports_the_ray_free_names():
-    from raysearch import runs, tracking
+    from raysearch import tracking
+    from raysearch.tracking import runs
 
     assert tracking.SWEEP_TAG is runs.SWEEP_TAG
     assert tracking.find_sweep is runs.find_sweep
-    code = "import sys, raysearch.runs\nprint('ray' in sys.modules)"
+    code = "import sys, raysearch.tracking.runs\nprint('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "False"

@@ -35,17 +35,23 @@ the sections existed use flat keys; :meth:`RunConfig.from_flat` reads them all:
 Errors are one line (a ValueError) naming the field: ``optimizer: `lr` must be > 0, got -1.0``.
 
 **Layout.** :mod:`raysearch.config.run` holds :class:`RunConfig`, its sections and the flat-key
-tables; :mod:`raysearch.config.sweep` the sweep's :class:`SweepSettings` and :class:`Resources`;
-:mod:`raysearch.config._common` the section base class and the checks both share. Every name
-stays importable from here; those modules never import this one.
+tables; :mod:`raysearch.config._common` the section base class, the checks, and the few sweep
+names the layers below the sweep need (:data:`DEFAULT_EXPERIMENT`, :data:`SELECTIONS`,
+:func:`metric_name`). The sweep's own settings (:class:`~raysearch.tune.settings.SweepSettings`)
+live a layer up, in :mod:`raysearch.tune.settings`.
+
+**Layer.** The base of the house with :mod:`raysearch.registry`: it imports pydantic and no other
+module of the package, and every layer may import it.
 """
 
 from __future__ import annotations
 
-# The run config (raysearch.config.run), the sweep settings (raysearch.config.sweep) and
-# what both share (raysearch.config._common) live in their own modules; every name stays
-# importable from here.
+from raysearch.config._common import DEFAULT_EXPERIMENT as DEFAULT_EXPERIMENT
+
+# The run config (raysearch.config.run) and what it shares (raysearch.config._common) live in
+# their own modules; every name stays importable from here.
 from raysearch.config._common import SECTIONS as SECTIONS
+from raysearch.config._common import SELECTIONS as SELECTIONS
 from raysearch.config._common import Section as Section
 from raysearch.config._common import _absolute as _absolute
 from raysearch.config._common import _as_float as _as_float
@@ -54,6 +60,7 @@ from raysearch.config._common import _bounded as _bounded
 from raysearch.config._common import _first_line as _first_line
 from raysearch.config._common import _is_number as _is_number
 from raysearch.config._common import _plain as _plain
+from raysearch.config._common import metric_name as metric_name
 from raysearch.config._common import one_line_error as one_line_error
 from raysearch.config.run import _DATA_PARAM_BOUNDS as _DATA_PARAM_BOUNDS
 from raysearch.config.run import _LEGACY_DEFAULTS as _LEGACY_DEFAULTS
@@ -77,17 +84,6 @@ from raysearch.config.run import _name as _name
 from raysearch.config.run import _params as _params
 from raysearch.config.run import _set as _set
 from raysearch.config.run import flat_to_sections as flat_to_sections
-from raysearch.config.sweep import _RESOURCE_KEYS as _RESOURCE_KEYS
-from raysearch.config.sweep import DEFAULT_EXPERIMENT as DEFAULT_EXPERIMENT
-from raysearch.config.sweep import OBJECTIVES as OBJECTIVES
-from raysearch.config.sweep import PRECISIONS as PRECISIONS
-from raysearch.config.sweep import RAY_JOB_ENV as RAY_JOB_ENV
-from raysearch.config.sweep import SAMPLERS as SAMPLERS
-from raysearch.config.sweep import SCHEDULERS as SCHEDULERS
-from raysearch.config.sweep import SELECTIONS as SELECTIONS
-from raysearch.config.sweep import Resources as Resources
-from raysearch.config.sweep import SweepSettings as SweepSettings
-from raysearch.config.sweep import metric_name as metric_name
 
 __all__ = [
     "DEFAULT_DATASET",

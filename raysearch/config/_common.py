@@ -19,7 +19,15 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-__all__ = ["SECTIONS", "Section", "one_line_error"]
+__all__ = ["DEFAULT_EXPERIMENT", "SECTIONS", "SELECTIONS", "Section", "metric_name",
+           "one_line_error"]
+
+#: ``--selection``: the rule applied to a repeated sweep's configurations (see
+#: :mod:`raysearch.metrics.repeats`): ``mean`` (lowest mean ECE within the tolerance of the best
+#: mean accuracy) or ``robust`` (lowest mean + 1 SEM of ECE, same accuracy constraint).
+SELECTIONS = ("mean", "robust")
+#: Experiment of every sweep unless ``--experiment`` says otherwise.
+DEFAULT_EXPERIMENT = "raysearch"
 
 #: The sections of a RunConfig and the prefix of their dotted flat keys.
 SECTIONS = ("loss", "model", "data", "optimizer", "schedule")
@@ -131,3 +139,10 @@ def _first_line(exc: Exception) -> str:
 def _absolute(path: str | None) -> str | None:
     """Trials on other nodes or in other working directories need an absolute data path."""
     return None if path is None else str(Path(path).expanduser().resolve())
+
+
+def metric_name(spec: Any) -> str:
+    """The name a user's metric is logged under: the function's name (``val_<name>``)."""
+    if isinstance(spec, str):
+        return spec.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+    return getattr(spec, "__name__", type(spec).__name__)

@@ -39,7 +39,7 @@ DEFAULT_DATASET = "digits"
 DEFAULT_MODEL = "cnn"
 
 #: Optimisers by short name (any ``torch.optim`` class also works by its name, case-insensitive,
-#: or by import string; see :mod:`raysearch.optim`).
+#: or by import string; see :mod:`raysearch.training.optim`).
 OPTIMIZERS = ("sgd", "adam", "adamw")
 #: Learning-rate schedules of :attr:`ScheduleConfig.name`.
 SCHEDULES = ("cosine", "multistep", "constant")
@@ -153,7 +153,8 @@ class ModelConfig(_Factory):
         pretrained: weights the whole model starts from (fine-tuning): a local state-dict file
             (``weights_only=True``) or a torchvision weights name such as
             ``ResNet101_Weights.IMAGENET1K_V1``; the classification head is replaced when the
-            number of classes differs (:func:`raysearch.models.pretrained.load_pretrained`).
+            number of classes differs
+            (:func:`raysearch.training.models.pretrained.load_pretrained`).
         freeze_backbone_epochs: train only the classification head for the first E epochs; 0:
             none.
         head_lr: learning rate of the classification head's parameters (the rest uses the
@@ -294,7 +295,7 @@ class OptimizerConfig(_Factory):
 
 
 class ScheduleConfig(Section):
-    """The learning-rate schedule, stepped once per epoch (see :mod:`raysearch.training`).
+    """The learning-rate schedule, stepped once per epoch (see :mod:`raysearch.training.run`).
 
     Attributes:
         name: ``cosine`` (to 0 at the last epoch), ``multistep`` (multiply by `lr_decay` at each

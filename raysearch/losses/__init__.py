@@ -26,7 +26,7 @@ factory returning one) whose keyword arguments are its hyperparameters, called a
 
 Per-sample side inputs: a loss whose class attribute ``side_inputs`` names keyword inputs
 (``objectness`` for ``als``, ``index`` for ``crl``) gets them from the training loop, batch by
-batch (:mod:`raysearch.data.side`); called by hand, it needs them as keywords, e.g.
+batch (:mod:`raysearch.training.data.side`); called by hand, it needs them as keywords, e.g.
 ``loss_fn(logits, targets, index=positions)``.
 """
 

@@ -2,7 +2,7 @@
 
 The loss needs one number per sample from the data pipeline, the objectness
 ``o_i = object area / image area`` of the sample's augmented crop (see
-:mod:`raysearch.data.objectness`), passed as ``loss_fn(logits, targets, objectness=o)``.
+:mod:`raysearch.training.data.objectness`), passed as ``loss_fn(logits, targets, objectness=o)``.
 Notation: ``z`` are the K logits of a sample, ``t`` its target class, ``p = softmax(z)``.
 """
 
@@ -61,9 +61,10 @@ class ObjectnessLabelSmoothing(FlatLoss):
     probability distribution across [all] classes", ``q_{i, k} = 1/K`` for every k, target
     included, whatever ``beta``. Samples flagged in ``context`` get that label. The share is
     ``context_fraction``: this loss does not use it in ``forward``; the training loop
-    (:func:`raysearch.training.fit`) reads it to make that share of the training samples
-    object-free and passes ``context=`` (see :class:`raysearch.data.objectness.ObjectnessDataset`).
-    ``context_fraction=0`` (the default) is plain ALS.
+    (:func:`raysearch.training.run.fit`) reads it to make that share of the training samples
+    object-free and passes ``context=`` (see
+    :class:`raysearch.training.data.objectness.ObjectnessDataset`). ``context_fraction=0`` (the
+    default) is plain ALS.
 
     The class attribute ``needs_objectness = True`` tells the training loop to feed augmented
     crops with their objectness.

@@ -174,7 +174,7 @@ class CorrectnessRankingLoss(FlatLoss):
     classification (it still counts its visit, which only counts epochs).
 
     The training loop passes ``index`` (the position of each sample in the training split,
-    :mod:`raysearch.data.side`) because the class attribute ``side_inputs`` names it.
+    :mod:`raysearch.training.data.side`) because the class attribute ``side_inputs`` names it.
 
     References:
         Moon, Kim, Shin and Hwang, "Confidence-Aware Learning for Deep Neural Networks", ICML

@@ -80,7 +80,7 @@ name, public and private, that ``raysearch.metrics`` held as one module):
 """
 
 # Every name the former single module held, public and private, stays importable from here
-# (tests, raysearch.posthoc and raysearch.calibration.objectives import private ones).
+# (tests, raysearch.calibration.posthoc and raysearch.calibration.objectives import private ones).
 from raysearch.metrics._checks import (  # noqa: F401
     _BLOCK_ENTRIES,
     _PROB_TOLERANCE,

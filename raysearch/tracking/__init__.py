@@ -17,121 +17,117 @@ included):
 - :mod:`raysearch.tracking.export`: :func:`finalize_sweep` and the exported best config;
 - :mod:`raysearch.tracking.callback`: :class:`MlflowSweepCallback` and :class:`SweepCallback`;
 - :mod:`raysearch.tracking.train`: :func:`train_and_log` and :func:`log_calibration_run`.
+
+Every name is imported on first use (PEP 562 ``__getattr__``): ``import raysearch.tracking.runs``
+or ``raysearch.tracking.ui`` loads neither Ray nor pandas, and ``raysearch.tracking.X`` loads
+only the submodule that defines ``X``.
+
+**Layer.** Tracking sits above training and the science (it imports :mod:`raysearch.config`,
+:mod:`raysearch.metrics`, :mod:`raysearch.calibration` and :mod:`raysearch.training`) and below
+the tune and interface layers, which import it. It is the only layer that imports MLflow.
 """
 
 from __future__ import annotations
 
-# ruff: noqa: F401
-# Every name of the former single module stays importable from here: what it defined (public and
-# private, now in the submodules) and what it imported.
-import contextlib
-import json
-import logging
-import math
-import queue
-import tempfile
-import threading
-import time
-from collections.abc import Callable
-from pathlib import Path
+import importlib
 from typing import Any
 
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
-import yaml
-from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
-from mlflow.tracking import MlflowClient
-from ray import tune
+#: Where each name of this package comes from: ``{module: names}``; every name of the former
+#: single module (public and private, and what it imported) stays importable from here.
+_FROM: dict[str, tuple[str, ...]] = {
+    'collections.abc': (
+        'Callable',
+    ),
+    'pathlib': (
+        'Path',
+    ),
+    'typing': (
+        'Any',
+    ),
+    'mlflow.entities': (
+        'Dataset', 'DatasetInput', 'InputTag', 'Metric', 'Param', 'RunTag',
+    ),
+    'mlflow.tracking': (
+        'MlflowClient',
+    ),
+    'ray': (
+        'tune',
+    ),
+    'raysearch.config': (
+        'RunConfig', 'SELECTIONS',
+    ),
+    'raysearch.metrics.selection': (
+        'selection_table',
+    ),
+    'raysearch.tracking.book': (
+        '_BOOKS', '_BOOKS_LOCK', '_SweepBook', '_book_for',
+    ),
+    'raysearch.tracking.callback': (
+        'MlflowSweepCallback', 'SweepCallback', '_jsonable', '_last_step', '_short',
+        '_short_name', '_trial_error',
+    ),
+    'raysearch.tracking.client': (
+        '_PARAM_CHARS', '_RUN_DEFAULTS', '_SHA_CACHE', '_numeric_metrics', '_param_text',
+        '_split_labels', '_weights_sha256', 'dataset_record', 'ensure_experiment',
+        'get_client', 'log_dataset', 'log_epochs', 'log_metrics', 'log_params',
+        'log_reliability', 'run_params',
+    ),
+    'raysearch.tracking.export': (
+        '_config_names', '_ended_after', '_package_version', '_plugin_packages',
+        'best_config_document', 'check_export_versions', 'finalize_sweep', 'requirements',
+    ),
+    'raysearch.tracking.runs': (
+        'COMPLETE_TAG', 'CONFIGURATION_TAG', 'CONFIG_TAG', 'DEFAULT_EXPERIMENT',
+        'ERROR_TAG', 'EXPERIMENT_KIND', 'EXPERIMENT_KIND_TAG', 'METRIC_PREFIXES',
+        'NODE_KEY', 'NODE_TAG', 'OUTCOME_TAG', 'PARENT_TAG', 'REPEATS_TAG', 'RESUMED_TAG',
+        'RETRIES_TAG', 'SEALED_OUTCOMES', 'SEEDS_TAG', 'SWEEP_TAG', 'TRIAL_TAG',
+        'check_tracking_uri', 'default_tracking_uri', 'find_sweep', 'list_sweeps',
+        'resolve_tracking_uri',
+    ),
+    'raysearch.tracking.sweeps': (
+        '_SPOILING_OUTCOMES', '_coerce', 'annotate_selection', 'child_runs', 'load_sweep',
+        'seed_trials', 'summarize_configuration', 'sweep_runs', 'sweep_trials',
+        'trial_outputs', 'write_parquet',
+    ),
+    'raysearch.tracking.train': (
+        'log_calibration_run', 'train_and_log',
+    ),
+    'raysearch.training': (
+        'plots',
+    ),
+    'raysearch.training.records': (
+        'ARTIFACT_FILES', 'COMPLETED', 'CONFIG_ID_KEY', 'DIVERGED', 'EPOCH_HISTORY',
+        'LOGITS_FILE', 'RELIABILITY', 'RELIABILITY_PLOT', 'RESUMED_FROM', 'SEED_INDEX_KEY',
+    ),
+}
+#: Modules the former single module imported under a name of its own.
+_MODULES = {
+    'contextlib': 'contextlib',
+    'json': 'json',
+    'logging': 'logging',
+    'math': 'math',
+    'pa': 'pyarrow',
+    'pd': 'pandas',
+    'pq': 'pyarrow.parquet',
+    'queue': 'queue',
+    'tempfile': 'tempfile',
+    'threading': 'threading',
+    'time': 'time',
+    'yaml': 'yaml',
+}
+_WHERE = {name: module for module, names in _FROM.items() for name in names}
 
-from raysearch import plots
-from raysearch.config import SELECTIONS, RunConfig
-from raysearch.records import (
-    ARTIFACT_FILES,
-    COMPLETED,
-    CONFIG_ID_KEY,
-    DIVERGED,
-    EPOCH_HISTORY,
-    LOGITS_FILE,
-    RELIABILITY,
-    RELIABILITY_PLOT,
-    RESUMED_FROM,
-    SEED_INDEX_KEY,
-)
-from raysearch.runs import (
-    COMPLETE_TAG,
-    CONFIG_TAG,
-    CONFIGURATION_TAG,
-    DEFAULT_EXPERIMENT,
-    ERROR_TAG,
-    EXPERIMENT_KIND,
-    EXPERIMENT_KIND_TAG,
-    METRIC_PREFIXES,
-    NODE_KEY,
-    NODE_TAG,
-    OUTCOME_TAG,
-    PARENT_TAG,
-    REPEATS_TAG,
-    RESUMED_TAG,
-    RETRIES_TAG,
-    SEALED_OUTCOMES,
-    SEEDS_TAG,
-    SWEEP_TAG,
-    TRIAL_TAG,
-    check_tracking_uri,
-    default_tracking_uri,
-    find_sweep,
-    list_sweeps,
-    resolve_tracking_uri,
-)
-from raysearch.selection import selection_table
-from raysearch.tracking.book import _BOOKS as _BOOKS
-from raysearch.tracking.book import _BOOKS_LOCK as _BOOKS_LOCK
-from raysearch.tracking.book import _book_for as _book_for
-from raysearch.tracking.book import _SweepBook as _SweepBook
-from raysearch.tracking.callback import MlflowSweepCallback as MlflowSweepCallback
-from raysearch.tracking.callback import SweepCallback as SweepCallback
-from raysearch.tracking.callback import _jsonable as _jsonable
-from raysearch.tracking.callback import _last_step as _last_step
-from raysearch.tracking.callback import _short as _short
-from raysearch.tracking.callback import _short_name as _short_name
-from raysearch.tracking.callback import _trial_error as _trial_error
-from raysearch.tracking.client import _PARAM_CHARS as _PARAM_CHARS
-from raysearch.tracking.client import _RUN_DEFAULTS as _RUN_DEFAULTS
-from raysearch.tracking.client import _SHA_CACHE as _SHA_CACHE
-from raysearch.tracking.client import _numeric_metrics as _numeric_metrics
-from raysearch.tracking.client import _param_text as _param_text
-from raysearch.tracking.client import _split_labels as _split_labels
-from raysearch.tracking.client import _weights_sha256 as _weights_sha256
-from raysearch.tracking.client import dataset_record as dataset_record
-from raysearch.tracking.client import ensure_experiment as ensure_experiment
-from raysearch.tracking.client import get_client as get_client
-from raysearch.tracking.client import log_dataset as log_dataset
-from raysearch.tracking.client import log_epochs as log_epochs
-from raysearch.tracking.client import log_metrics as log_metrics
-from raysearch.tracking.client import log_params as log_params
-from raysearch.tracking.client import log_reliability as log_reliability
-from raysearch.tracking.client import run_params as run_params
-from raysearch.tracking.export import _config_names as _config_names
-from raysearch.tracking.export import _ended_after as _ended_after
-from raysearch.tracking.export import _package_version as _package_version
-from raysearch.tracking.export import _plugin_packages as _plugin_packages
-from raysearch.tracking.export import best_config_document as best_config_document
-from raysearch.tracking.export import check_export_versions as check_export_versions
-from raysearch.tracking.export import finalize_sweep as finalize_sweep
-from raysearch.tracking.export import requirements as requirements
-from raysearch.tracking.sweeps import _SPOILING_OUTCOMES as _SPOILING_OUTCOMES
-from raysearch.tracking.sweeps import _coerce as _coerce
-from raysearch.tracking.sweeps import annotate_selection as annotate_selection
-from raysearch.tracking.sweeps import child_runs as child_runs
-from raysearch.tracking.sweeps import load_sweep as load_sweep
-from raysearch.tracking.sweeps import seed_trials as seed_trials
-from raysearch.tracking.sweeps import summarize_configuration as summarize_configuration
-from raysearch.tracking.sweeps import sweep_runs as sweep_runs
-from raysearch.tracking.sweeps import sweep_trials as sweep_trials
-from raysearch.tracking.sweeps import trial_outputs as trial_outputs
-from raysearch.tracking.sweeps import write_parquet as write_parquet
-from raysearch.tracking.train import log_calibration_run as log_calibration_run
-from raysearch.tracking.train import train_and_log as train_and_log
 
-logger = logging.getLogger(__name__)
+def __getattr__(name: str) -> Any:
+    if name in _MODULES:
+        value = importlib.import_module(_MODULES[name])
+    elif name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name]), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WHERE, *_MODULES})

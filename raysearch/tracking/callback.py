@@ -25,18 +25,19 @@ import pandas as pd
 from mlflow.tracking import MlflowClient
 from ray import tune
 
-from raysearch.records import (
-    ARTIFACT_FILES,
-    COMPLETED,
-    CONFIG_ID_KEY,
-    DIVERGED,
-    EPOCH_HISTORY,
-    RELIABILITY,
-    RELIABILITY_PLOT,
-    RESUMED_FROM,
-    SEED_INDEX_KEY,
+from raysearch.tracking.book import _BOOKS, _BOOKS_LOCK, _book_for, _SweepBook
+from raysearch.tracking.client import (
+    _numeric_metrics,
+    ensure_experiment,
+    get_client,
+    log_dataset,
+    log_epochs,
+    log_params,
+    log_reliability,
+    run_params,
 )
-from raysearch.runs import (
+from raysearch.tracking.export import finalize_sweep
+from raysearch.tracking.runs import (
     COMPLETE_TAG,
     CONFIG_TAG,
     CONFIGURATION_TAG,
@@ -53,19 +54,18 @@ from raysearch.runs import (
     SWEEP_TAG,
     TRIAL_TAG,
 )
-from raysearch.tracking.book import _BOOKS, _BOOKS_LOCK, _book_for, _SweepBook
-from raysearch.tracking.client import (
-    _numeric_metrics,
-    ensure_experiment,
-    get_client,
-    log_dataset,
-    log_epochs,
-    log_params,
-    log_reliability,
-    run_params,
-)
-from raysearch.tracking.export import finalize_sweep
 from raysearch.tracking.sweeps import summarize_configuration, sweep_runs
+from raysearch.training.records import (
+    ARTIFACT_FILES,
+    COMPLETED,
+    CONFIG_ID_KEY,
+    DIVERGED,
+    EPOCH_HISTORY,
+    RELIABILITY,
+    RELIABILITY_PLOT,
+    RESUMED_FROM,
+    SEED_INDEX_KEY,
+)
 
 logger = logging.getLogger("raysearch.tracking")
 
@@ -596,7 +596,7 @@ class SweepCallback(MlflowSweepCallback):
     Args:
         name: the sweep's name (the parent run's name and tag; default
             ``<space>-<YYYYmmdd-HHMMSS>``).
-        space: the :class:`~raysearch.spaces.SearchSpace` the trials were sampled from
+        space: the :class:`~raysearch.tune.spaces.SearchSpace` the trials were sampled from
             (their params are then named as in the space); None: the config's scalar values.
         experiment: MLflow experiment.
         tracking_uri: MLflow tracking URI.
@@ -627,7 +627,7 @@ class SweepCallback(MlflowSweepCallback):
         name = name or f"{space.name if space is not None else 'sweep'}-" \
                        f"{time.strftime('%Y%m%d-%H%M%S')}"
         parent = client.create_run(experiment_id, run_name=name,
-                                   tags={SWEEP_TAG: name, "raysearch.trainable": "own"})
+                                   tags={SWEEP_TAG: name, "raysearch.tune.trainable": "own"})
         log_params(client, parent.info.run_id, {
             "space": space.name if space is not None else "", "tolerance": tolerance,
             "accuracy_metric": accuracy[len("val_"):] if accuracy.startswith("val_")

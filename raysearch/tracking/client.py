@@ -7,7 +7,7 @@ params, with the SHA-256 of pretrained weights); the batched writers :func:`log_
 :func:`log_reliability` (the reliability diagram as an artifact).
 
 The leaf of :mod:`raysearch.tracking`: it imports no other module of the package (the tags and
-URI rules come from :mod:`raysearch.runs`); every other ``raysearch.tracking.*`` module may
+URI rules come from :mod:`raysearch.tracking.runs`); every other ``raysearch.tracking.*`` module may
 import it.
 """
 
@@ -23,15 +23,15 @@ from typing import Any
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
-from raysearch import plots
 from raysearch.config import RunConfig
-from raysearch.runs import (
+from raysearch.tracking.runs import (
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,
     METRIC_PREFIXES,
     check_tracking_uri,
     resolve_tracking_uri,
 )
+from raysearch.training import plots
 
 
 def get_client(uri: str | None = None) -> tuple[MlflowClient, str]:
@@ -128,7 +128,7 @@ def _weights_sha256(weights: str) -> str:
         return ""
     key = (str(path), path.stat().st_mtime)
     if key not in _SHA_CACHE:
-        from raysearch.models.pretrained import file_sha256
+        from raysearch.training.models.pretrained import file_sha256
 
         _SHA_CACHE[key] = file_sha256(path)
     return _SHA_CACHE[key]
@@ -164,7 +164,7 @@ def dataset_record(data: Any, source: str) -> dict[str, Any]:
     """What MLflow shows of a sweep's dataset: name, source, split sizes and a digest.
 
     Args:
-        data: the sweep's :class:`~raysearch.data.DatasetSplits`.
+        data: the sweep's :class:`~raysearch.training.data.DatasetSplits`.
         source: where it was read from (the data folder, or the bundled loader's name).
 
     Returns:

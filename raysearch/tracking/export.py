@@ -24,8 +24,8 @@ import pandas as pd
 import yaml
 from mlflow.tracking import MlflowClient
 
-from raysearch import plots
-from raysearch.runs import (
+from raysearch.tracking.client import log_metrics
+from raysearch.tracking.runs import (
     ERROR_TAG,
     OUTCOME_TAG,
     PARENT_TAG,
@@ -33,7 +33,6 @@ from raysearch.runs import (
     SWEEP_TAG,
     TRIAL_TAG,
 )
-from raysearch.tracking.client import log_metrics
 from raysearch.tracking.sweeps import (
     annotate_selection,
     seed_trials,
@@ -42,6 +41,7 @@ from raysearch.tracking.sweeps import (
     sweep_trials,
     write_parquet,
 )
+from raysearch.training import plots
 
 logger = logging.getLogger("raysearch.tracking")
 
@@ -200,8 +200,8 @@ def requirements(config: dict[str, Any], metrics: str = "") -> dict[str, Any]:
 
 def _plugin_packages(config: dict[str, Any], names: list[Any]) -> dict[str, str]:
     """``{distribution: version}`` of the installed plug-ins behind a config's short names."""
-    from raysearch.registries import registry
     from raysearch.registry import BUILT_IN, is_import_string
+    from raysearch.training.registries import registry
 
     kinds = {"loss": "losses", "model": "models", "data": "datasets", "optimizer": "optimizers"}
     pairs = [(kinds[s], config[s].get("name")) for s in kinds

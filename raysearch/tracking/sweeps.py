@@ -24,8 +24,9 @@ import pyarrow.parquet as pq
 from mlflow.tracking import MlflowClient
 
 from raysearch.config import SELECTIONS
-from raysearch.records import LOGITS_FILE
-from raysearch.runs import (
+from raysearch.metrics.selection import selection_table
+from raysearch.tracking.client import log_epochs
+from raysearch.tracking.runs import (
     COMPLETE_TAG,
     CONFIG_TAG,
     METRIC_PREFIXES,
@@ -36,8 +37,7 @@ from raysearch.runs import (
     TRIAL_TAG,
     find_sweep,
 )
-from raysearch.selection import selection_table
-from raysearch.tracking.client import log_epochs
+from raysearch.training.records import LOGITS_FILE
 
 
 def _coerce(value: str) -> Any:
@@ -102,7 +102,8 @@ def summarize_configuration(client: MlflowClient, experiment_id: str,
 
     Every final metric (``train_*``, ``val_*``, ``test_*``, ``shift_*``) that all the complete
     seed runs hold is logged as ``{m}_mean``, ``{m}_sem`` (sample std / sqrt(n), for n >= 2;
-    :func:`raysearch.repeats.sem`) and under its plain name ``{m}`` = the mean, so selection,
+    :func:`raysearch.metrics.repeats.sem`) and under its plain name ``{m}`` = the mean, so
+    selection,
     ``report`` and ``export`` read a configuration run like a single trial's run; ``n_seeds``
     is the number of complete seeds. The run is complete (tag ``raysearch.complete``) when at
     least one seed completed and none diverged; a seed stopped early (``--scheduler asha``
@@ -113,7 +114,7 @@ def summarize_configuration(client: MlflowClient, experiment_id: str,
     Returns:
         A one-line summary for the progress output (empty when the run has no seeds).
     """
-    from raysearch.repeats import sem
+    from raysearch.metrics.repeats import sem
 
     seeds = child_runs(client, experiment_id, config_run_id)
     if not seeds:
@@ -166,7 +167,7 @@ def seed_trials(client: MlflowClient, parent: Any) -> pd.DataFrame:
     configuration runs, with ``config`` set to their configuration run's config (the same for
     all seeds of a configuration: the seed of its first run) and ``trial`` to that run's name;
     ``seed_run`` keeps the seed run's own name. For a single-seed sweep this is
-    :func:`sweep_trials`. This is what :func:`raysearch.repeats.compare_methods` takes.
+    :func:`sweep_trials`. This is what :func:`raysearch.metrics.repeats.compare_methods` takes.
     """
     frame = sweep_trials(client, parent)
     if frame.empty or "repeats" not in frame:  # configuration runs carry the param
@@ -225,7 +226,7 @@ def annotate_selection(
     Failed and early-stopped trials keep ``on_front = selected = False``. The front is that of
     the (mean) metrics; with ``selection="robust"`` the selected row is the one with the lowest
     ``{ece_key}_mean + {ece_key}_sem`` among those within `tolerance` of the best mean accuracy
-    (:func:`raysearch.repeats.select_robust`; rows of a repeated sweep's configurations).
+    (:func:`raysearch.metrics.repeats.select_robust`; rows of a repeated sweep's configurations).
 
     Raises:
         ValueError: if `selection` is unknown, or ``robust`` on a table without SEM columns.
@@ -246,7 +247,7 @@ def annotate_selection(
     frame.loc[eligible.index, "on_front"] = table["on_front"].to_numpy()
     frame.loc[eligible.index, "selected"] = table["selected"].to_numpy()
     if selection == "robust":
-        from raysearch.repeats import MEAN, SEM, select_robust
+        from raysearch.metrics.repeats import MEAN, SEM, select_robust
 
         if ece_key + SEM not in frame or accuracy_key + MEAN not in frame:
             raise ValueError(f"--selection robust needs the standard error of {ece_key} over "
@@ -291,10 +292,10 @@ def trial_outputs(client: MlflowClient, run_id: str) -> Any:
     """The val/test logits and labels a trial stored (``logits.parquet``), or None.
 
     Returns:
-        A :class:`raysearch.posthoc.Outputs` with ``split`` set, or None when the run has no
-        such artifact (a failed or early-stopped trial).
+        A :class:`raysearch.calibration.posthoc.Outputs` with ``split`` set, or None when the run
+        has no such artifact (a failed or early-stopped trial).
     """
-    from raysearch.posthoc import load_outputs
+    from raysearch.calibration.posthoc import load_outputs
 
     if LOGITS_FILE not in {a.path for a in client.list_artifacts(run_id)}:
         return None

@@ -18,7 +18,6 @@ from typing import Any
 from mlflow.tracking import MlflowClient
 
 from raysearch.config import RunConfig
-from raysearch.runs import COMPLETE_TAG, CONFIG_TAG, DEFAULT_EXPERIMENT
 from raysearch.tracking.client import (
     _numeric_metrics,
     ensure_experiment,
@@ -28,6 +27,7 @@ from raysearch.tracking.client import (
     log_reliability,
     run_params,
 )
+from raysearch.tracking.runs import COMPLETE_TAG, CONFIG_TAG, DEFAULT_EXPERIMENT
 
 
 def train_and_log(cfg: RunConfig, *, tracking_uri: str | None = None,
@@ -40,7 +40,7 @@ def train_and_log(cfg: RunConfig, *, tracking_uri: str | None = None,
     """Train one RunConfig in this process (one torch thread) and log it as an MLflow run.
 
     `device` defaults to ``cuda`` when a GPU is visible, else ``cpu``; `precision` as in
-    :func:`raysearch.training.fit`. The data, the model, the loss and the optimizer are built
+    :func:`raysearch.training.run.fit`. The data, the model, the loss and the optimizer are built
     before the run is created: a bad name or argument writes nothing.
 
     Params, per-epoch ``train_*``/``val_*`` metrics (``step=epoch``), the test metrics and a
@@ -56,7 +56,7 @@ def train_and_log(cfg: RunConfig, *, tracking_uri: str | None = None,
         device: ``cpu``, ``cuda`` or ``cuda:N``.
         precision: ``auto``, ``bf16`` or ``fp32``.
         components: objects given through the Python API by label (as
-            :func:`raysearch.training.fit`).
+            :func:`raysearch.training.run.fit`).
         metrics: a user's metric functions: import strings, callables, or a comma-separated
             string of import strings; logged as ``val_<fn>``/``test_<fn>``.
 
@@ -66,14 +66,14 @@ def train_and_log(cfg: RunConfig, *, tracking_uri: str | None = None,
     Raises:
         ValueError: if the tracking URI is unreachable or the config is invalid (unknown name,
             a keyword a factory does not take, a factory that raises).
-        raysearch.training.DivergedError: if the loss becomes NaN (the run is marked FAILED).
+        raysearch.training.run.DivergedError: if the loss becomes NaN (the run is marked FAILED).
     """
     import torch
 
-    from raysearch.optim import check_optimizer
-    from raysearch.registries import metric_functions
-    from raysearch.tasks import task_for
-    from raysearch.training import build_run_loss, check_run_model, fit, load_run_data
+    from raysearch.training.optim import check_optimizer
+    from raysearch.training.registries import metric_functions
+    from raysearch.training.run import build_run_loss, check_run_model, fit, load_run_data
+    from raysearch.training.tasks import task_for
 
     components = components or {}
     if isinstance(metrics, str):
@@ -139,7 +139,8 @@ def log_calibration_run(client: MlflowClient, uri: str, experiment: str, *, run_
         run_name: the run's name (``calibrate-<file stem>``).
         source: the calibrated file or trial run id (tag ``raysearch.source``).
         params: the calibration's settings, logged as params.
-        metrics: its metrics (as :meth:`raysearch.posthoc.CalibrationReport.as_metrics`),
+        metrics: its metrics (as
+            :meth:`raysearch.calibration.posthoc.CalibrationReport.as_metrics`),
             logged at step 0.
         folder: a folder whose files (the table, the reliability diagrams) become artifacts.
 

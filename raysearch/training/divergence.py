@@ -5,11 +5,11 @@ once on the CPU; on CUDA on the device, read every ``_CHECK_EVERY`` batches and 
 ``_Guard.check()``, with no host sync per batch), then runs the backward pass and the optimiser
 step; in DDP mode the check agrees on every rank and each rank's loss is scaled so that DDP's
 gradient average is the full-batch gradient. A NaN/inf raises
-:class:`~raysearch.loop.DivergedError` naming the first bad batch. See
-:func:`raysearch.training.fit` (**Divergence**). :mod:`raysearch.training` re-exports every name
-here.
+:class:`~raysearch.training.loop.DivergedError` naming the first bad batch. See
+:func:`raysearch.training.run.fit` (**Divergence**). :mod:`raysearch.training.run` re-exports every
+name here.
 
-Imports only :mod:`raysearch.loop` of the package; never :mod:`raysearch.training`.
+Imports only :mod:`raysearch.training.loop` of the package; never :mod:`raysearch.training.run`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from raysearch.loop import Dist, DivergedError
+from raysearch.training.loop import Dist, DivergedError
 
 #: On CUDA, the device-side divergence flag is read every this many batches.
 _CHECK_EVERY = 50

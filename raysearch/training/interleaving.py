@@ -4,8 +4,8 @@
 of its terms, checked to be a differentiable scalar), :func:`_interleave_fraction` (the
 held-out share of ``cfg.interleave_fraction``) and :func:`_interleave_split` (the stratified,
 seeded majority / held-out split of the training indices). The interleaved epoch itself is
-``raysearch.training._train_pass_interleaved``; see :func:`raysearch.training.fit`
-(**Interleaved training**). :mod:`raysearch.training` re-exports every name here.
+``raysearch.training.run._train_pass_interleaved``; see :func:`raysearch.training.run.fit`
+(**Interleaved training**). :mod:`raysearch.training.run` re-exports every name here.
 
 Imports nothing of the package (but :mod:`raysearch.config` for type hints).
 """

@@ -2,12 +2,13 @@
 
 :func:`_make_mixer` builds it from ``cfg.mixup_alpha``, ``cfg.cutmix_alpha`` and
 ``cfg.ricap_beta`` (torchvision.transforms.v2's ``MixUp``/``CutMix``; RICAP: Takahashi et al.
-2018, :func:`raysearch.data.ricap.ricap_patches`); :func:`raysearch.training.fit` trains on the
-mixed batch with the objective of its module docstring (**MixUp / CutMix**).
-:mod:`raysearch.training` re-exports every name here.
+2018, :func:`raysearch.training.data.ricap.ricap_patches`); :func:`raysearch.training.run.fit`
+trains on the mixed batch with the objective of its module docstring (**MixUp / CutMix**).
+:mod:`raysearch.training.run` re-exports every name here.
 
-Imports (lazily) only :mod:`raysearch.data.ricap` of the package (and :mod:`raysearch.config`
-for type hints); never :mod:`raysearch.training`.
+Imports (lazily) only :mod:`raysearch.training.data.ricap` of the package (and
+:mod:`raysearch.config`
+for type hints); never :mod:`raysearch.training.run`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def _make_mixer(
     """MixUp/CutMix from torchvision.transforms.v2 as ``mix(x, y) -> (x_mixed, lam, y_partner)``.
 
     RICAP (``cfg.ricap_beta`` > 0) gives ``(x_mixed, weights (4,), labels (4, N))`` instead: the
-    patch areas and labels of :func:`raysearch.data.ricap.ricap_patches`.
+    patch areas and labels of :func:`raysearch.training.data.ricap.ricap_patches`.
 
     torchvision returns soft labels ``lam * onehot(y) + (1 - lam) * onehot(y_partner)``; `lam` is
     the smallest own-label weight in the batch (every sample whose partner has another class
@@ -47,7 +48,7 @@ def _make_mixer(
     if cutmix > 0:
         parts.append(v2.CutMix(alpha=cutmix, num_classes=num_classes))
     if ricap_beta > 0:  # RICAP: (x, weights (4,), labels (4, N)), see _train_pass
-        from raysearch.data.ricap import ricap_patches
+        from raysearch.training.data.ricap import ricap_patches
 
         parts.append(lambda x, y: ricap_patches(x, y, ricap_beta))
     transform = parts[0] if len(parts) == 1 else v2.RandomChoice(parts)

@@ -4,12 +4,12 @@
 ``cfg.model`` for those splits), :func:`check_run_model` (the same, built cheaply on the meta
 device to check it before a sweep) and :func:`build_run_loss` (the loss of ``cfg.loss``). Names
 of ``cfg`` resolve to objects given through the Python API (``components``) first, then to the
-registries of :mod:`raysearch.data`, :mod:`raysearch.models` and :mod:`raysearch.losses`.
-:mod:`raysearch.training` re-exports every name here.
+registries of :mod:`raysearch.training.data`, :mod:`raysearch.training.models` and
+:mod:`raysearch.losses`. :mod:`raysearch.training.run` re-exports every name here.
 
-Imports (lazily) :mod:`raysearch.data`, :mod:`raysearch.models`, :mod:`raysearch.losses`,
-:mod:`raysearch.registry` and :mod:`raysearch.tasks` (and :mod:`raysearch.config` for type
-hints); never :mod:`raysearch.training`.
+Imports (lazily) :mod:`raysearch.training.data`, :mod:`raysearch.training.models`,
+:mod:`raysearch.losses`, :mod:`raysearch.registry` and :mod:`raysearch.training.tasks` (and
+:mod:`raysearch.config` for type hints); never :mod:`raysearch.training.run`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from torch import nn
 
 if TYPE_CHECKING:
     from raysearch.config import RunConfig
-    from raysearch.data import DatasetSplits
+    from raysearch.training.data import DatasetSplits
 
 __all__ = ["build_run_loss", "build_run_model", "check_run_model", "load_run_data"]
 
@@ -41,10 +41,10 @@ def load_run_data(cfg: RunConfig, *, components: Mapping[str, Mapping[str, Any]]
         **extra: more keyword arguments of the factory (``download=True``, ``verify=True``).
 
     Raises:
-        ValueError: as :func:`raysearch.data.load_dataset` (unknown name, a keyword the
+        ValueError: as :func:`raysearch.training.data.load_dataset` (unknown name, a keyword the
             factory does not take, a contract violation).
     """
-    from raysearch.data import load_dataset
+    from raysearch.training.data import load_dataset
 
     name = _component(cfg.data.name, "datasets", components)
     return load_dataset(name, seed=cfg.split_seed, val_fraction=cfg.data.val_fraction,
@@ -60,10 +60,10 @@ def build_run_model(cfg: RunConfig, data: DatasetSplits, *,
     takes it.
 
     Raises:
-        ValueError: as :func:`raysearch.models.build_model`.
+        ValueError: as :func:`raysearch.training.models.build_model`.
     """
-    from raysearch.models import build_model, model_factory
     from raysearch.registry import accepted_keywords
+    from raysearch.training.models import build_model, model_factory
 
     name = _component(cfg.model.name, "models", components)
     names, var_kw = accepted_keywords(model_factory(name))
@@ -85,8 +85,8 @@ def check_run_model(cfg: RunConfig, data: DatasetSplits, *,
     Raises:
         ValueError: as :func:`build_run_model`, or from the task's check.
     """
-    from raysearch.models import model_factory
-    from raysearch.tasks import task_for
+    from raysearch.training.models import model_factory
+    from raysearch.training.tasks import task_for
 
     task = task_for(data)
     label = f"model {cfg.model.name!r}"

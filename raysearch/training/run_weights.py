@@ -4,11 +4,11 @@ Pretrained weights (:func:`_load_pretrained`), a resumed ``on_epoch`` state (:fu
 the classification head's parameter group (:func:`_head_names`, :func:`_param_groups`:
 ``cfg.model.head_lr``), the frozen backbone of the first ``cfg.model.freeze_backbone_epochs``
 epochs (:func:`_freeze_backbone`) and the learning-rate schedule (:func:`lr_factor`, stepped once
-per epoch by a ``LambdaLR``). See :func:`raysearch.training.fit` (**Optimiser**, **Schedule**).
-:mod:`raysearch.training` re-exports every name here.
+per epoch by a ``LambdaLR``). See :func:`raysearch.training.run.fit` (**Optimiser**, **Schedule**).
+:mod:`raysearch.training.run` re-exports every name here.
 
-Imports (lazily) only :mod:`raysearch.models.pretrained` of the package (and
-:mod:`raysearch.config` for type hints); never :mod:`raysearch.training`.
+Imports (lazily) only :mod:`raysearch.training.models.pretrained` of the package (and
+:mod:`raysearch.config` for type hints); never :mod:`raysearch.training.run`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ logger = logging.getLogger(__name__)
 
 
 def _load_pretrained(net: nn.Module, source: str) -> None:
-    """Load pretrained weights into `net` (:func:`raysearch.models.pretrained.load_pretrained`)."""
-    from raysearch.models.pretrained import load_pretrained
+    """Load pretrained weights into `net` (see :mod:`raysearch.training.models.pretrained`)."""
+    from raysearch.training.models.pretrained import load_pretrained
 
     info = load_pretrained(net, source)
     logger.info("loaded %d tensors of %s (sha256 %s)%s", info.loaded, info.source,
@@ -97,7 +97,7 @@ def _head_names(model: nn.Module, cfg: RunConfig) -> set[str]:
     """
     if cfg.model.head_lr is None and not cfg.model.freeze_backbone_epochs:
         return set()
-    from raysearch.models.pretrained import head_parameter_names
+    from raysearch.training.models.pretrained import head_parameter_names
 
     return set(head_parameter_names(model))
 

@@ -5,8 +5,8 @@ on (SeungjinJung/SCTL, ``datasets/probs_{densenet40,resnet110}_c10_LT_logits.p``
 ``.npz`` in the shared data folder). ECE in percent, 15 equal-width bins, fitted on
 ``val_logits`` (long-tailed, 10,216 images) and measured on ``test_logits`` (balanced, 10,000).
 A default must land within 0.3 ECE points of the published number (issue 7). The published
-numbers are those of :data:`raysearch.reproduce.PUBLISHED`; every row of it, including the
-ETS/PTS rows that need explicit settings, is checked through ``raysearch reproduce`` in
+numbers are those of :data:`raysearch.calibration.reproduce.PUBLISHED`; every row of it, including
+the ETS/PTS rows that need explicit settings, is checked through ``raysearch reproduce`` in
 tests/test_reproduce.py. Here: the two rows the method stands on, by direct calls.
 """
 
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from raysearch.calibration import fit_calibrator
+from raysearch.calibration.reproduce import PUBLISHED
 from raysearch.metrics import accuracy, ece, softmax
-from raysearch.reproduce import PUBLISHED
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "cifar_outputs"
 SKIP_REASON = (

@@ -14,8 +14,8 @@ import torch
 from PIL import Image
 from torchvision.transforms.v2 import functional as TF
 
-from raysearch.data import DatasetError, dataset_defaults, load_dataset
-from raysearch.data.cub import (
+from raysearch.training.data import DatasetError, dataset_defaults, load_dataset
+from raysearch.training.data.cub import (
     CUB_URL,
     CUBImageDataset,
     CUBObjectnessDataset,
@@ -23,8 +23,8 @@ from raysearch.data.cub import (
     cub_transforms,
     load_cub200,
 )
-from raysearch.data.images import IMAGENET_MEAN, IMAGENET_STD
-from raysearch.data.objectness import _sample_seed
+from raysearch.training.data.images import IMAGENET_MEAN, IMAGENET_STD
+from raysearch.training.data.objectness import _sample_seed
 
 CLASSES = ["001.Red_bird", "002.Green_bird", "003.Blue_bird"]
 PER_CLASS, TRAIN_PER_CLASS = 12, 10

@@ -3,7 +3,7 @@ import pytest
 import sklearn.datasets
 import torch
 
-from raysearch.data import (
+from raysearch.training.data import (
     DatasetSplits,
     available_datasets,
     load_dataset,

@@ -6,7 +6,7 @@ import sklearn.datasets
 import torch
 from PIL import Image
 
-from raysearch.data import (
+from raysearch.training.data import (
     CropFlip,
     DatasetError,
     ImageFileDataset,
@@ -16,8 +16,8 @@ from raysearch.data import (
     long_tail_indices,
     stratified_split_indices,
 )
-from raysearch.data.images import imagenet_transforms
-from raysearch.data.splits import three_way_split
+from raysearch.training.data.images import imagenet_transforms
+from raysearch.training.data.splits import three_way_split
 
 # --------------------------------------------------------------------------------------------
 # ImageTensorDataset.batch: crop, flip, normalisation

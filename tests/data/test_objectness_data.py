@@ -1,4 +1,5 @@
-"""Tests of raysearch.data.objectness: box/mask-aware crops, digits ink boxes, Pet/VOC folders."""
+"""Tests of raysearch.training.data.objectness: box/mask-aware crops, digits ink boxes, Pet/VOC.
+"""
 
 import numpy as np
 import pytest
@@ -8,8 +9,8 @@ from PIL import Image
 from torch.utils.data import TensorDataset
 from torchvision.transforms import RandomResizedCrop
 
-from raysearch.data import DatasetSplits, load_dataset, stratified_split_indices
-from raysearch.data.objectness import (
+from raysearch.training.data import DatasetSplits, load_dataset, stratified_split_indices
+from raysearch.training.data.objectness import (
     DIGITS_CROP,
     VOC_CLASSES,
     ObjectnessCrop,

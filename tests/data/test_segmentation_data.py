@@ -16,15 +16,15 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 import raysearch
-from raysearch.data import (
+from raysearch.training.data import (
     DatasetError,
     DatasetSplits,
     dataset_defaults,
     dataset_task,
     load_dataset,
 )
-from raysearch.data import segmentation as seg
-from raysearch.data.images import IMAGENET_MEAN, IMAGENET_STD
+from raysearch.training.data import segmentation as seg
+from raysearch.training.data.images import IMAGENET_MEAN, IMAGENET_STD
 
 S = 32  # crop_size of every test
 
@@ -210,8 +210,8 @@ def test_voc_default_crop_size_and_registry(tmp_path):
     splits = load_dataset("voc", seed=0, data_dir=tmp_path)
     assert splits.input_shape == (3, 512, 512)
     assert splits.info["crop_size"] == 512
-    assert isinstance(splits.train, raysearch.data.SegmentationDataset)
-    assert raysearch.data.SegmentationDataset is seg.SegmentationDataset
+    assert isinstance(splits.train, raysearch.training.data.SegmentationDataset)
+    assert raysearch.training.data.SegmentationDataset is seg.SegmentationDataset
     assert dataset_task("voc") == dataset_task("segfolder") == "segmentation"
     assert dataset_task("cifar10") == "classification"
     assert dataset_defaults("voc") == {"val_fraction": 0.1, "test_fraction": None}
@@ -544,19 +544,19 @@ def test_argument_checks(tmp_path):
 
 
 def test_package_import_does_not_load_torchvision(monkeypatch):
-    # in-process (a subprocess would import torch again, seconds): re-import raysearch.data with
-    # torchvision unimportable; monkeypatch puts the original modules back afterwards
+    # in-process (a subprocess would import torch again, seconds): re-import raysearch.training.data
+    # with torchvision unimportable; monkeypatch puts the original modules back afterwards
     class Block(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target=None):
             if name.partition(".")[0] == "torchvision":
                 raise ImportError(f"torchvision blocked in this test ({name})")
             return None
 
-    monkeypatch.setattr(raysearch, "data", raysearch.data)
+    monkeypatch.setattr(raysearch.training, "data", raysearch.training.data)
     for name in list(sys.modules):
-        if name.partition(".")[0] == "torchvision" or name.startswith("raysearch.data"):
+        if name.partition(".")[0] == "torchvision" or name.startswith("raysearch.training.data"):
             monkeypatch.delitem(sys.modules, name)
     monkeypatch.setattr(sys, "meta_path", [Block(), *sys.meta_path])
-    fresh = importlib.import_module("raysearch.data")
+    fresh = importlib.import_module("raysearch.training.data")
     assert {"voc", "segfolder"} <= set(fresh.available_datasets())
     assert "torchvision" not in sys.modules

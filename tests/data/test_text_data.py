@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from raysearch.data import DatasetError, DatasetSplits
-from raysearch.data.text import (
+from raysearch.training.data import DatasetError, DatasetSplits
+from raysearch.training.data.text import (
     KERAS_FILTERS,
     MAX_LEN,
     MAX_WORDS,

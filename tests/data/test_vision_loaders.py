@@ -23,7 +23,7 @@ from formats import (  # noqa: I001  (tests/formats.py)
     write_tiny_imagenet,
 )
 
-from raysearch.data import (
+from raysearch.training.data import (
     DatasetError,
     ImageFileDataset,
     ImageTensorDataset,
@@ -32,7 +32,7 @@ from raysearch.data import (
     long_tail_counts,
     vision,
 )
-from raysearch.data.vision import load_imagefolder
+from raysearch.training.data.vision import load_imagefolder
 
 INFO_KEYS = {"train_size", "val_size", "test_size", "val_split", "val_fraction"}
 

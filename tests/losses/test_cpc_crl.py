@@ -9,11 +9,11 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset
 
 from raysearch.config import RunConfig
-from raysearch.data import load_dataset
-from raysearch.data.side import split_side_inputs
-from raysearch.loop import TrainFeed, train_feed
 from raysearch.losses import CorrectnessRankingLoss, PairwiseConstraints, build_loss
-from raysearch.training import fit
+from raysearch.training.data import load_dataset
+from raysearch.training.data.side import split_side_inputs
+from raysearch.training.loop import TrainFeed, train_feed
+from raysearch.training.run import fit
 
 LN = math.log
 

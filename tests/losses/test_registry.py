@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import raysearch.losses as losses
-from raysearch.data.side import loss_side_inputs
 from raysearch.losses import available_losses, build_loss, loss_parameters
+from raysearch.training.data.side import loss_side_inputs
 
 ALL = ["acls", "als", "avuc", "avuc_gs", "ce", "cpc", "crl", "ecp", "flsd", "focal", "ls", "mbls",
        "mdca", "mmce", "savuc", "sbece"]

@@ -9,11 +9,11 @@ import torch
 import torchvision.models
 from torch import nn
 
-from raysearch.models import MLP, SmallCNN, available_models, build_model
-from raysearch.models.densenet import DenseNet
-from raysearch.models.resnet import BasicBlock, ResNet
-from raysearch.models.resnet_cifar import CifarResNet, ShortcutA
-from raysearch.models.wide_resnet import WideResNet
+from raysearch.training.models import MLP, SmallCNN, available_models, build_model
+from raysearch.training.models.densenet import DenseNet
+from raysearch.training.models.resnet import BasicBlock, ResNet
+from raysearch.training.models.resnet_cifar import CifarResNet, ShortcutA
+from raysearch.training.models.wide_resnet import WideResNet
 
 REGISTERED = [
     "cnn",
@@ -426,14 +426,15 @@ def test_torchvision_num_classes_checked():
 
 
 def test_import_does_not_load_torchvision():
-    code = "import sys, raysearch.models\nprint('torchvision' in sys.modules)"
+    code = "import sys, raysearch.training.models\nprint('torchvision' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert out == "False"
 
 
-# --- cnn and mlp (unchanged from raysearch/models.py) ----------------------------------------
+# --- cnn and mlp (unchanged from raysearch/training/models.py)
+# ----------------------------------------
 
 
 @pytest.mark.parametrize("name", ["cnn", "mlp"])

@@ -9,8 +9,8 @@ import torch
 import torch.hub
 import torchvision.models
 
-from raysearch.models import build_model
-from raysearch.models.pretrained import (
+from raysearch.training.models import build_model
+from raysearch.training.models.pretrained import (
     PretrainedInfo,
     file_sha256,
     head_parameter_names,

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from raysearch.models import build_model
-from raysearch.models.resnet_cifar import _BasicBlock, survival_probabilities
+from raysearch.training.models import build_model
+from raysearch.training.models.resnet_cifar import _BasicBlock, survival_probabilities
 
 
 @pytest.fixture(autouse=True, scope="module")

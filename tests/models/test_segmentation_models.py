@@ -9,7 +9,7 @@ import torchvision.models
 from torch import nn
 from torchvision.models.resnet import BasicBlock, Bottleneck
 
-from raysearch.models import (
+from raysearch.training.models import (
     BackboneLoadSummary,
     SegmentationModel,
     available_models,

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from raysearch.models.text import GlobalPoolingCNN, build_gpool_cnn, load_glove, min_length
+from raysearch.training.models.text import GlobalPoolingCNN, build_gpool_cnn, load_glove, min_length
 
 VOCAB = ["the", "space", "graphics", "atheism", "zzunknown"]
 

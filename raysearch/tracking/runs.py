@@ -1,0 +1,130 @@
+"""Names and look-ups of raysearch's MLflow runs, without Ray.
+
+The tags that mark a sweep's parent and child runs, the tracking-URI rules, and finding a sweep
+in a store. :mod:`raysearch.tracking` (which imports Ray Tune for its callback) re-exports all of
+it; commands that only read a store (``raysearch ui``) import this module and start in about a
+second instead of several.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from mlflow.tracking import MlflowClient
+
+from raysearch.config import DEFAULT_EXPERIMENT  # noqa: F401 (re-exported)
+
+SWEEP_TAG = "raysearch.sweep"
+CONFIG_TAG = "raysearch.config"
+COMPLETE_TAG = "raysearch.complete"
+TRIAL_TAG = "raysearch.trial_id"
+#: Child-run tag: the Ray node id the trial ran on (rank 0 for a DDP trial).
+NODE_TAG = "raysearch.node_id"
+#: Result key of that node id (reported by every trial).
+NODE_KEY = "node_id"
+PARENT_TAG = "mlflow.parentRunId"
+#: Child-run tag: why the run ended (complete, stopped_early, diverged, error, interrupted).
+OUTCOME_TAG = "raysearch.outcome"
+#: Outcomes of trials that Tune will not train again: a resumed sweep leaves their runs as is.
+SEALED_OUTCOMES = ("complete", "stopped_early", "diverged")
+#: Child-run tag: how many times Tune retried the trial (``--max-failures``).
+RETRIES_TAG = "raysearch.retries"
+#: Child-run tag: the checkpoint epoch the trial's last attempt resumed from.
+RESUMED_TAG = "raysearch.resumed_from_epoch"
+ERROR_TAG = "raysearch.error"
+#: Tag of a repeated sweep's configuration run (``--repeats``) and of its seed runs: the
+#: configuration id (its seeds' runs are nested under the configuration run).
+CONFIGURATION_TAG = "raysearch.configuration"
+#: Configuration-run tag: seeds per configuration (``--repeats``).
+REPEATS_TAG = "raysearch.metrics.repeats"
+#: Configuration-run tag: ``<complete seeds>/<seeds>`` its mean and SEM were computed over.
+SEEDS_TAG = "raysearch.seeds"
+#: Experiment tag that MLflow 3's UI reads for the kind of an experiment, and our value for it
+#: ("model training", not GenAI: the UI then does not ask which kind the experiment is).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+METRIC_PREFIXES = ("train_", "val_", "test_", "shift_")
+
+
+def default_tracking_uri() -> str:
+    """``$MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<cwd>/mlruns.db`` (absolute)."""
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    if env:
+        return env
+    return f"sqlite:///{Path.cwd().resolve() / 'mlruns.db'}"
+
+
+def resolve_tracking_uri(uri: str | None) -> str:
+    """The tracking URI to use: `uri` if given, else :func:`default_tracking_uri`.
+
+    A relative SQLite path (``sqlite:///mlruns.db``) is made absolute against the current
+    directory, since Ray trials and ``mlflow ui`` may run elsewhere.
+    """
+    uri = uri or default_tracking_uri()
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        rel = uri[len("sqlite:///"):]
+        uri = f"sqlite:///{(Path.cwd() / rel).resolve()}"
+    return uri
+
+
+def check_tracking_uri(uri: str, *, timeout: float = 5.0) -> None:
+    """Fail fast when the tracking store cannot be reached (before any trial starts).
+
+    Raises:
+        ValueError: naming the URI and the reason (server down, folder missing, bad scheme).
+    """
+    if uri.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as resp:
+                if resp.status != 200:
+                    raise ValueError(f"tracking URI {uri} is unreachable: HTTP {resp.status}")
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ValueError(f"tracking URI {uri} is unreachable: {reason}") from None
+    elif uri.startswith("sqlite:///"):
+        folder = Path(uri[len("sqlite:///"):]).parent
+        if not folder.is_dir():
+            raise ValueError(f"tracking URI {uri} is unreachable: folder {folder} does not exist")
+        if not os.access(folder, os.W_OK):
+            raise ValueError(f"tracking URI {uri} is unreachable: folder {folder} is not writable")
+    elif uri.startswith(("file:", "/")) or "://" not in uri:
+        path = Path(uri[len("file://"):] if uri.startswith("file://") else uri)
+        if not path.parent.is_dir():
+            raise ValueError(f"tracking URI {uri} is unreachable: folder {path.parent} is missing")
+    elif not uri.startswith(("postgresql", "mysql", "mssql", "databricks")):
+        raise ValueError(f"tracking URI {uri} has an unsupported scheme")
+
+
+def find_sweep(client: MlflowClient, name: str, experiment: str | None = None) -> Any:
+    """The newest parent run of sweep `name`.
+
+    Raises:
+        ValueError: if no sweep of that name is recorded in the store (lists the known ones).
+    """
+    exps = ([client.get_experiment_by_name(experiment)] if experiment
+            else client.search_experiments())
+    exp_ids = [e.experiment_id for e in exps if e is not None]
+    runs = []
+    if exp_ids:
+        runs = client.search_runs(exp_ids, filter_string=f"tags.`{SWEEP_TAG}` = '{name}' "
+                                  f"and tags.`{PARENT_TAG}` IS NULL",
+                                  order_by=["attributes.start_time DESC"], max_results=1)
+        runs = [r for r in runs if PARENT_TAG not in r.data.tags]
+    if not runs:
+        known = sorted(list_sweeps(client, exp_ids))
+        hint = f"; known sweeps: {', '.join(known)}" if known else "; the store has no sweeps"
+        raise ValueError(f"no sweep named '{name}'{hint}")
+    return runs[0]
+
+
+def list_sweeps(client: MlflowClient, exp_ids: list[str]) -> list[str]:
+    """Names of the sweeps (parent runs) recorded in the given experiments."""
+    if not exp_ids:
+        return []
+    runs = client.search_runs(exp_ids, filter_string=f"tags.`{SWEEP_TAG}` != ''",
+                              max_results=5000)
+    return sorted({r.data.tags[SWEEP_TAG] for r in runs if PARENT_TAG not in r.data.tags})

@@ -1,0 +1,327 @@
+"""The search-space file format: YAML reading, one parameter spec, the error of a bad file.
+
+The leaf of the search-space modules: :class:`SpaceError` (every problem of a space or recipe
+file), the YAML loader (YAML 1.2 floats such as ``1e-3``, duplicate keys rejected, errors as one
+line), the bundled ``search_spaces`` folder, and :class:`_Spec`, one parameter (a fixed value, a
+float/int range or a categorical) with :func:`_parse_spec`, which checks it. The spec syntax is
+described in :mod:`raysearch.tune.spaces`, which re-exports every name defined here (as do
+:mod:`raysearch.tune.recipes` and :mod:`raysearch.tune.posthoc_sweep`, which import them from
+there).
+
+This module imports nothing from the package: :mod:`raysearch.tune.spaces.search_space` and
+:mod:`raysearch.tune.spaces` import it, never the other way round. Optuna is only named for type
+checking (:meth:`_Spec.suggest` gets the trial).
+"""
+
+from __future__ import annotations
+
+import decimal
+import importlib.resources
+import math
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = ["SpaceError"]
+
+_SPEC_KEYS = ("type", "low", "high", "log", "step", "choices")
+_RANGE_KINDS = ("float", "int")
+
+
+class SpaceError(ValueError):
+    """A search-space file is malformed or holds a value the loss or the run config rejects.
+
+    The message is one line: ``<file>: <key path>: <problem>``.
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# YAML loading: YAML 1.2 floats (1e-3), duplicate keys rejected, errors as one line.
+# --------------------------------------------------------------------------------------------
+
+
+class _Loader(yaml.SafeLoader):
+    """Safe loader that reads ``1e-3`` as a float and rejects duplicate mapping keys."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # unhashable key: let PyYAML report it
+                continue
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found duplicate key {key!r}",
+                    key_node.start_mark,
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _read_yaml(path: Path, label: str) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpaceError(f"{label}: not a UTF-8 text file ({exc.reason})") from None
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = _one_line(getattr(exc, "problem", None) or exc)
+        context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        if context and context_mark is not None and context_mark.line != getattr(mark, "line", -1):
+            problem += f" ({_one_line(context)} at line {context_mark.line + 1})"
+        raise SpaceError(f"{label}: malformed YAML{where}: {problem}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# The bundled search spaces.
+# --------------------------------------------------------------------------------------------
+
+
+def bundled_folder(package: str, folder: str) -> Path:
+    """The folder of YAML files shipped as `package` (the repository's `folder` in a checkout).
+
+    The wheel installs ``search_spaces/`` as ``raysearch.search_spaces`` and ``recipes/`` as
+    ``raysearch.recipe_files``; an editable install without that mapping reads the repository.
+    """
+    try:
+        root = importlib.resources.files(package)
+    except ModuleNotFoundError:
+        import raysearch
+
+        return Path(raysearch.__file__).resolve().parent.parent / folder
+    return root if isinstance(root, Path) else Path(str(root))
+
+
+def _bundled_dir() -> Path:
+    return bundled_folder("raysearch.search_spaces", "search_spaces")
+
+
+# --------------------------------------------------------------------------------------------
+# One parameter spec.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """One parameter: fixed value, float/int range or categorical."""
+
+    kind: str  # "fixed" | "float" | "int" | "categorical"
+    value: Any = None
+    low: float | int | None = None
+    high: float | int | None = None
+    log: bool = False
+    step: float | int | None = None
+    choices: tuple[Any, ...] = ()
+
+    @property
+    def sampled(self) -> bool:
+        return self.kind != "fixed"
+
+    def candidates(self) -> tuple[Any, ...]:
+        """Values checked on load: the fixed value, both ends of a range, every choice."""
+        if self.kind == "fixed":
+            return (self.value,)
+        if self.kind == "categorical":
+            return self.choices
+        return (self.low, self.high) if self.low != self.high else (self.low,)
+
+    def end(self, which: str) -> Any:
+        """The ``low`` or ``high`` end (first or last choice; the fixed value)."""
+        if self.kind == "fixed":
+            return self.value
+        if self.kind == "categorical":
+            return self.choices[0] if which == "low" else self.choices[-1]
+        return self.low if which == "low" else self.high
+
+    def suggest(self, trial: optuna.Trial, name: str) -> Any:
+        """Ask `trial` for a value named `name` (only for sampled specs)."""
+        if self.kind == "float":
+            return trial.suggest_float(name, self.low, self.high, step=self.step, log=self.log)
+        if self.kind == "int":
+            step = 1 if self.step is None else self.step
+            return trial.suggest_int(name, self.low, self.high, step=step, log=self.log)
+        if self.kind == "categorical":
+            return trial.suggest_categorical(name, list(self.choices))
+        raise RuntimeError(f"a fixed parameter is not sampled ({name}={self.value!r})")
+
+    def row(self) -> tuple[str, str, str]:
+        """(kind, range/choices/value, log flag) for :meth:`SearchSpace.describe`."""
+        if self.kind == "fixed":
+            return "fixed", _fmt(self.value), ""
+        if self.kind == "categorical":
+            return "categorical", "{" + ", ".join(_fmt(c) for c in self.choices) + "}", ""
+        text = f"[{_fmt(self.low)}, {_fmt(self.high)}]"
+        if self.step is not None:
+            text += f" step {_fmt(self.step)}"
+        return self.kind, text, "log" if self.log else ""
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _divisible(low: float, high: float, step: float) -> bool:
+    span = decimal.Decimal(str(high)) - decimal.Decimal(str(low))
+    return span % decimal.Decimal(str(step)) == 0
+
+
+def _parse_spec(raw: Any, where: str, *, expect_float: bool,
+                allow_list: bool = False) -> _Spec:
+    """Parse one spec; `where` is ``<file>: <key path>``; raises SpaceError.
+
+    With `allow_list` a list of scalars is a fixed value (a factory's tuple argument, such as
+    an optimizer's ``betas``).
+    """
+
+    def error(problem: str) -> SpaceError:
+        return SpaceError(f"{where}: {problem}")
+
+    if allow_list and isinstance(raw, list) and all(_is_scalar(v) for v in raw):
+        return _Spec("fixed", value=list(raw))
+    if _is_scalar(raw):
+        if isinstance(raw, float) and not math.isfinite(raw):
+            raise error(f"a fixed value must be finite, got {raw!r}")
+        return _Spec("fixed", value=raw)
+    if isinstance(raw, list):
+        raise error(
+            f"a list is not a spec; write {{choices: [...]}} for a categorical, got {raw!r}"
+        )
+    if not isinstance(raw, dict):
+        raise error(f"expected a scalar or a mapping, got {type(raw).__name__}")
+
+    unknown = sorted(str(k) for k in raw if k not in _SPEC_KEYS)
+    if unknown:
+        raise error(f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(_SPEC_KEYS)}")
+
+    if "choices" in raw:
+        extra = [k for k in _SPEC_KEYS if k != "choices" and k in raw]
+        if extra:
+            raise error(f"`choices` cannot be combined with {', '.join(extra)}")
+        choices = raw["choices"]
+        if not isinstance(choices, list):
+            raise error(f"`choices` must be a list, got {choices!r}")
+        if not choices:
+            raise error("`choices` must not be empty")
+        for choice in choices:
+            if not _is_scalar(choice):
+                raise error(
+                    f"each choice must be null, a bool, an int, a float or a string, got {choice!r}"
+                )
+        if len({(type(c), c) for c in choices}) != len(choices):
+            raise error(f"`choices` has duplicate values: {choices!r}")
+        return _Spec("categorical", choices=tuple(choices))
+
+    missing = [k for k in ("low", "high") if k not in raw]
+    if missing:
+        raise error(
+            f"missing {' and '.join(missing)} (a range needs low and high; "
+            "use {choices: [...]} for a categorical)"
+        )
+    low, high = raw["low"], raw["high"]
+    for name, value in (("low", low), ("high", high)):
+        if not _is_number(value):
+            raise error(f"{name} must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise error(f"{name} must be finite, got {value!r}")
+    log = raw.get("log", False)
+    if not isinstance(log, bool):
+        raise error(f"log must be true or false, got {log!r}")
+    step = raw.get("step")
+    if step is not None and (not _is_number(step) or not math.isfinite(step) or step <= 0):
+        raise error(f"step must be a number > 0, got {step!r}")
+    kind = raw.get("type")
+    if kind is None:
+        kind = (
+            "int"
+            if isinstance(low, int)
+            and isinstance(high, int)
+            and (step is None or isinstance(step, int))
+            else "float"
+        )
+        if kind == "int" and expect_float:
+            warnings.warn(
+                f"{where}: both bounds are integers, so the range is sampled as int; "
+                f"write {float(low)} or add `type: float` for a float range",
+                UserWarning,
+                stacklevel=2,
+            )
+    elif kind not in _RANGE_KINDS:
+        raise error(f"type must be 'int' or 'float', got {kind!r}")
+
+    if kind == "int":
+        for name, value in (("low", low), ("high", high), ("step", step)):
+            if isinstance(value, float) and not value.is_integer():
+                raise error(f"{name} must be an integer for `type: int`, got {value!r}")
+        low, high = int(low), int(high)
+        step = None if step is None else int(step)
+    else:
+        low, high = float(low), float(high)
+        step = None if step is None else float(step)
+
+    if low > high:
+        raise error(f"low ({low}) must be <= high ({high})")
+    if log and step is not None:
+        raise error("log and step cannot be combined (Optuna samples a log range continuously)")
+    if log and low <= 0:
+        raise error(f"log scale needs low > 0, got low ({low})")
+    if step is not None and not _divisible(low, high, step):
+        raise error(f"high - low ({high} - {low}) must be a multiple of step ({step})")
+    return _Spec(kind, low=low, high=high, log=log, step=step)
+
+
+def _spec_doc(spec: _Spec) -> dict[str, Any]:
+    """A sampled spec as the plain mapping a space file would write."""
+    if spec.kind == "categorical":
+        return {"type": "categorical", "choices": list(spec.choices)}
+    doc: dict[str, Any] = {"type": spec.kind, "low": spec.low, "high": spec.high}
+    if spec.log:
+        doc["log"] = True
+    if spec.step is not None:
+        doc["step"] = spec.step
+    return doc
