@@ -130,3 +130,21 @@ def test_loop_code_names_no_dataset_or_model(name):
         and node.lineno not in docstrings and node.value.lower() in names
     )
     assert named == [], f"{name} names datasets or models in its code: {named}"
+
+
+#: The most lines one module of the package may have (docstrings and comments included).
+MAX_MODULE_LINES = 900
+PACKAGE_FILES = tuple(sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")))
+
+
+def test_no_function_of_the_package_is_over_100_code_lines():
+    long = {f"{name}:{f}": n for name in PACKAGE_FILES
+            for f, n in code_lines((ROOT / name).read_text()).items() if n > MAX_CODE_LINES}
+    assert long == {}, f"functions over {MAX_CODE_LINES} code lines: {long}"
+
+
+def test_no_module_of_the_package_is_over_900_lines():
+    assert len(PACKAGE_FILES) > 100, "the package was not found"
+    long = {name: n for name in PACKAGE_FILES
+            if (n := len((ROOT / name).read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}, f"modules over {MAX_MODULE_LINES} lines: {long}"

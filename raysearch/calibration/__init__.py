@@ -21,6 +21,12 @@ for ``ets`` and ``pts`` (their released code), ``sbece`` for ``ts_sbece``, ``hbe
 ``ts_hb_ece``. ``classwise_scaling=True`` wraps any calibrator in the class-wise loss scaling of
 Jung et al. (ICML 2023), by default as their released code does it (``variant="official"``).
 A new calibrator is a class in its family file plus one line in ``_CALIBRATORS``.
+
+**Layer.** Science: plain PyTorch, NumPy and SciPy. It imports :mod:`raysearch.registry`,
+:mod:`raysearch.metrics` and :mod:`raysearch.losses` (the objectives' soft-binned ECE); no Ray,
+MLflow or Optuna. :mod:`~raysearch.calibration.posthoc` fits and evaluates calibrators on a
+run's held-out logits, :mod:`~raysearch.calibration.reproduce` puts the papers' published
+numbers beside ours.
 """
 
 import inspect

@@ -28,6 +28,10 @@ Per-sample side inputs: a loss whose class attribute ``side_inputs`` names keywo
 (``objectness`` for ``als``, ``index`` for ``crl``) gets them from the training loop, batch by
 batch (:mod:`raysearch.training.data.side`); called by hand, it needs them as keywords, e.g.
 ``loss_fn(logits, targets, index=positions)``.
+
+**Layer.** Science, the second floor of the house: plain PyTorch. It imports
+:mod:`raysearch.registry` and no other module of the package; no Ray, MLflow or Optuna.
+Training, tracking, tune and the interface import it.
 """
 
 import inspect

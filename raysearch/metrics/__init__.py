@@ -77,6 +77,13 @@ name, public and private, that ``raysearch.metrics`` held as one module):
 * :mod:`~raysearch.metrics.table`: the logged key tuples and :func:`calibration_summary`,
   :func:`estimator_summary`, :func:`table_summary` (through a meter),
   :func:`calibration_report`.
+
+**Layer.** Science, the floor every other layer stands on besides the base: plain NumPy and
+PyTorch (matplotlib never). It imports no other module of the package (a calibrator reaches the
+shift evaluation as an object); no Ray, MLflow or Optuna. Besides the metrics it holds
+the selection rule (:mod:`~raysearch.metrics.selection`), statistics over seeds
+(:mod:`~raysearch.metrics.repeats`) and evaluation under dataset shift
+(:mod:`~raysearch.metrics.shift`).
 """
 
 # Every name the former single module held, public and private, stays importable from here

@@ -1,0 +1,187 @@
+"""The per-bin sums of :class:`~raysearch.metrics.meter.CalibrationMeter`, batch by batch.
+
+:class:`_UpdateSums` turns one batch of probabilities (any device) into the meter's sums
+(per-bin counts, confidences and hits, NLL, Brier and class-wise sums) in blocks of
+:data:`_METER_BLOCK_ENTRIES` entries, binning with
+:func:`~raysearch.metrics.binning._torch_equal_width_bins`. Plain torch; imports
+:mod:`raysearch.metrics._checks` and :mod:`~raysearch.metrics.binning` of the package.
+:mod:`raysearch.metrics.meter` re-exports every name here.
+"""
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from raysearch.metrics.binning import (
+    _torch_equal_width_bins,
+)
+
+#: Entries of ``probs`` per block of :meth:`CalibrationMeter.update` on the CPU (in cache) and
+#: on accelerators (fewer kernel launches); its temporaries take ~40 bytes per entry.
+_METER_BLOCK_ENTRIES = {"cpu": 1 << 20, "accelerator": 1 << 22}
+#: Floor on the probability of the true class in the meter's NLL, as in :func:`nll`.
+_METER_NLL_EPS = 1e-12
+#: Floating dtypes the meter works in; float16 and bfloat16 become float32, as in the functions.
+_METER_WORK_DTYPES = (torch.float32, torch.float64)
+
+
+def _meter_tensor(name: str, value: Any) -> torch.Tensor:
+    """A torch view of a tensor (detached) or a NumPy array / sequence (on the CPU)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    array = np.asarray(value)
+    if array.dtype == object or not (
+        array.dtype == np.bool_ or np.issubdtype(array.dtype, np.number)
+    ):
+        raise TypeError(f"`{name}` must hold numbers, got dtype {array.dtype}")
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def _index_add_ones(out: torch.Tensor, index: torch.Tensor) -> None:
+    """``out[i] += 1`` for every entry i of ``index`` (int64 ``out``, repeated indices add up).
+
+    ``index_add_`` rather than ``torch.bincount``, which synchronises with the host on CUDA
+    (it reads the largest index).
+    """
+    index = index.reshape(-1)
+    ones = torch.ones(1, dtype=torch.int64, device=index.device)
+    out.index_add_(0, index, ones.expand(index.numel()))
+
+
+class _UpdateSums:
+    """The sums of one :meth:`CalibrationMeter.update`, added block by block.
+
+    Histograms hold one more slot than the state: pixels to drop (ignored labels) are sent to
+    that last slot instead of being removed, so that no step depends on how many pixels are
+    valid (no host synchronisation on CUDA). They are added to the state only after the
+    checks have passed.
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        edges: torch.Tensor,
+        ignore_index: int | None,
+        background: int | None,
+    ) -> None:
+        k, m = num_classes, edges.numel() - 1
+        self.k, self.m, self.edges = k, m, edges
+        self.ignore_index, self.background = ignore_index, background
+        device = edges.device
+
+        def zeros(size: int, dtype: torch.dtype) -> torch.Tensor:
+            return torch.zeros(size, dtype=dtype, device=device)
+
+        self.top_pairs = zeros(2 * m + 1, torch.int64)  # slot 2b + hit of confidence bin b
+        self.top_conf = zeros(m + 1, torch.float64)
+        self.class_counts = zeros(k * m + 1, torch.int64)  # slot c*M + b of score p_c
+        self.class_scores = zeros(k * m + 1, torch.float64)
+        self.class_hits = zeros(k * m + 1, torch.int64)  # slot y*M + b of score p_y
+        self.confusion = zeros(k * k + 1, torch.int64)  # slot y*K + argmax
+        self.released = zeros(m, torch.float64)  # per bin: sum of hit - confidence
+        # sum of -log max(p_y, eps), sum of 1 - 2 p_y + sum_k p_k^2, released pixels
+        self.sums = zeros(3, torch.float64)
+        # lowest and highest valid label, lowest valid entry, highest valid confidence, largest
+        # |row sum - 1| of a valid pixel
+        self.checks = torch.tensor(
+            [math.inf, -math.inf, math.inf, -math.inf, 0.0], dtype=torch.float64, device=device
+        )
+        self.take_min = torch.tensor([True, False, True, False, False], device=device)
+        self.offsets = (torch.arange(k, device=device) * m).view(1, k, 1)
+
+    def add(
+        self, x: torch.Tensor, y: torch.Tensor, keys: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add a block; return its pixels' confidence (float64) and hit, and mask its keys.
+
+        Args:
+            x: (B, K, S) probabilities, any float dtype.
+            y: (B, S) integer labels.
+            keys: (B, S) float64 sample keys of these pixels, set to inf where dropped.
+        """
+        k, m, edges = self.k, self.m, self.edges
+        x = x.to(edges.dtype)
+        y = y.to(torch.int64)
+        valid = None if self.ignore_index is None else y != self.ignore_index
+        released = valid
+        if self.background is not None:
+            foreground = y != self.background
+            released = foreground if valid is None else valid & foreground
+
+        def drop(index: torch.Tensor, size: int, mask: torch.Tensor | None) -> torch.Tensor:
+            return index if mask is None else index.masked_fill_(~mask, size)
+
+        def zero(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+            return values if mask is None else values.masked_fill_(~mask, 0)
+
+        # Labels: checked over valid pixels, clamped so that gathers stay in range (a bad label
+        # raises after the loop, before the state changes).
+        checked = y if valid is None else y.masked_fill(~valid, 0)
+        low_label, high_label = torch.aminmax(checked)
+        labels = checked.clamp(0, k - 1)  # not in place: `checked` may be the caller's labels
+
+        # Top-1 per pixel: confidence bins, hits, confusion.
+        conf, pred = x.max(dim=1)  # first index on ties, as np.argmax
+        hits = pred == labels
+        bins = _torch_equal_width_bins(conf, edges)
+        conf64 = conf.to(torch.float64)
+        _index_add_ones(self.top_pairs, drop(2 * bins + hits, 2 * m, valid))
+        self.top_conf.index_add_(0, drop(bins.clone(), m, valid).reshape(-1), conf64.reshape(-1))
+        _index_add_ones(self.confusion, drop(labels * k + pred, k * k, valid))
+        # The released evaluator's n_b * ECE_b = sum over bins of |hits - confidences|.
+        gaps = zero(hits.to(torch.float64) - conf64, released)
+        self.released.index_add_(0, bins.reshape(-1), gaps.reshape(-1))
+
+        # True class: NLL (-log max(p_y, eps), as `nll`), Brier (1 - 2 p_y + sum_k p_k^2, as
+        # `brier`) and the class-wise hits (slot y*M + bin of p_y).
+        true_prob = x.gather(1, labels.unsqueeze(1)).squeeze(1)
+        true_slots = _torch_equal_width_bins(true_prob, edges).add_(labels * m)
+        _index_add_ones(self.class_hits, drop(true_slots, k * m, valid))
+        true_prob = true_prob.to(torch.float64)
+
+        # All K scores: class-wise counts and sums (class c owns slots c*M ... c*M + M - 1),
+        # squares for the Brier score, row sums and the lowest entry for the checks.
+        slots = _torch_equal_width_bins(x, edges).add_(self.offsets)
+        dropped = None if valid is None else ~valid.unsqueeze(1)  # (B, 1, S)
+        if dropped is not None:
+            slots.masked_fill_(dropped, k * m)
+        _index_add_ones(self.class_counts, slots)
+        x64 = x.to(torch.float64)
+        self.class_scores.index_add_(0, slots.reshape(-1), x64.reshape(-1))
+        row_sums = x64.sum(dim=1)
+        squares = torch.linalg.vecdot(x64, x64, dim=1)
+        del slots, x64
+        low = x.amin(dim=1)
+        high = conf
+        if valid is not None:
+            row_sums.masked_fill_(~valid, 1.0)
+            low = low.masked_fill_(~valid, math.inf)
+            high = conf.masked_fill(~valid, -math.inf)
+        brier = 1.0 - 2.0 * true_prob + squares
+        nll = -torch.log(true_prob.clamp_(min=_METER_NLL_EPS))
+        if released is None:  # a fill, not a host-to-device copy (no stream synchronisation)
+            n_released = torch.full((), hits.numel(), dtype=torch.float64, device=x.device)
+        else:
+            n_released = released.sum().to(torch.float64)
+        self.sums += torch.stack([zero(nll, valid).sum(), zero(brier, valid).sum(), n_released])
+        block = torch.stack(
+            [
+                low_label.to(torch.float64),
+                high_label.to(torch.float64),
+                low.min().to(torch.float64),
+                high.max().to(torch.float64),
+                (row_sums - 1.0).abs().max(),
+            ]
+        )
+        self.checks = torch.where(
+            self.take_min,
+            torch.minimum(self.checks, block),
+            torch.maximum(self.checks, block),
+        )
+        if valid is not None:
+            keys.masked_fill_(~valid, math.inf)
+        return conf64, hits
