@@ -27,6 +27,7 @@ import numpy as np
 from raysearch.calibration._checks import log_softmax, softmax, validate_choice
 from raysearch.calibration._checks import validate_int as validate_int
 from raysearch.calibration._checks import validate_number as validate_number
+from raysearch.metrics._checks import _check_labels, _check_row_sums, _to_numpy
 
 __all__ = [
     "INPUTS",
@@ -50,16 +51,6 @@ _ROW_SUM_TOLERANCE = 1e-3
 # --------------------------------------------------------------------------------------------
 # Array conversion and input validation
 # --------------------------------------------------------------------------------------------
-
-
-def _to_numpy(value: Any) -> np.ndarray:
-    """NumPy array of a NumPy array, a (CPU or GPU) PyTorch tensor or a nested sequence."""
-    if type(value).__module__.split(".")[0] == "torch" and hasattr(value, "detach"):
-        tensor = value.detach().cpu()
-        if tensor.is_floating_point() and tensor.element_size() < 4:
-            tensor = tensor.float()  # float16 / bfloat16
-        return tensor.numpy()
-    return np.asarray(value)
 
 
 def _check_scores(values: Any, inputs: str, name: str) -> np.ndarray:
@@ -95,40 +86,10 @@ def _check_scores(values: Any, inputs: str, name: str) -> np.ndarray:
             f"`{name}` with inputs='probs' must lie in [0, 1], got values in "
             f"[{low:.6g}, {high:.6g}]; pass inputs='logits' for logits"
         )
-    row_sums = z.sum(axis=1)
-    deviation = np.abs(row_sums - 1.0)
-    worst = int(np.argmax(deviation))
-    if deviation[worst] > _ROW_SUM_TOLERANCE:
-        raise ValueError(
-            f"rows of `{name}` with inputs='probs' must sum to 1 (within "
-            f"{_ROW_SUM_TOLERANCE:g}); row {worst} sums to {row_sums[worst]:.6g}"
-        )
+    _check_row_sums(z.sum(axis=1), _ROW_SUM_TOLERANCE, f"`{name}` with inputs='probs'")
     np.maximum(z, PROB_FLOOR, out=z)
     np.log(z, out=z)
     return z
-
-
-def _check_labels(labels: Any, n: int, k: int, scores_name: str) -> np.ndarray:
-    """Validate (N,) integer labels in [0, K) and return them as ``np.intp``.
-
-    Raises:
-        ValueError: on a shape mismatch (both shapes quoted), non-integer dtype or values
-            outside [0, K).
-    """
-    y = _to_numpy(labels)
-    if y.shape != (n,):
-        raise ValueError(
-            f"`labels` must have shape ({n},) to match `{scores_name}` of shape {(n, k)}, "
-            f"got {tuple(y.shape)}"
-        )
-    if y.dtype == np.bool_ or not np.issubdtype(y.dtype, np.integer):
-        raise ValueError(f"`labels` must hold integer class indices, got dtype {y.dtype}")
-    y_min, y_max = int(y.min()), int(y.max())
-    if y_min < 0 or y_max >= k:
-        raise ValueError(
-            f"`labels` must lie in [0, {k}) for K={k} classes, got values in [{y_min}, {y_max}]"
-        )
-    return y.astype(np.intp, copy=False)
 
 
 def check_all_classes_present(labels: np.ndarray, n_classes: int, method: str) -> None:

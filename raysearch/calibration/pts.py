@@ -335,22 +335,16 @@ class SCTLParameterizedTemperatureScaling(ParameterizedTemperatureScaling):
     Args:
         objective (CalibrationObjective): the training objective (default ``nll``, the
             released code's ``nn.CrossEntropyLoss``).
-        inputs (str, optional): ``"logits"`` or ``"probs"``. Defaults to ``"logits"``.
-        top_k (int, optional): number s of sorted logits fed to the MLP, capped at K.
-            Defaults to ``10``.
-        n_layers (int, optional): hidden ReLU layers >= 0. Defaults to ``4``.
-        n_nodes (int, optional): units per hidden layer >= 1. Defaults to ``2``.
-        steps (int, optional): full-batch Adam steps >= 1. Defaults to ``1000``.
-        lr (float, optional): Adam learning rate > 0. Defaults to ``0.02``.
-        weight_decay (float, optional): Adam weight decay >= 0. Defaults to ``0.0``.
-        seed (int, optional): seed of the initialisation. Defaults to ``1``.
+        inputs, top_k, n_layers, n_nodes, steps, lr, weight_decay, seed: as
+            :class:`ParameterizedTemperatureScaling` (``n_layers`` counts ReLU layers), with
+            the released defaults ``"logits"``, ``10``, ``4``, ``2``, ``1000``, ``0.02``,
+            ``0.0`` and ``1``.
 
     Shape:
-        logits: (N, K) float; labels: (N,) int in [0, K).
+        as :class:`ParameterizedTemperatureScaling`.
 
     Raises:
-        ValueError: if a parameter is out of range.
-        TypeError: if an integer parameter is not an integer.
+        ValueError, TypeError: as :class:`ParameterizedTemperatureScaling`.
         FloatingPointError: in ``fit``, if the training loss becomes NaN or infinite.
     """
 

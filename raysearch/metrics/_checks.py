@@ -89,11 +89,16 @@ def _check_probs_exact(p: np.ndarray, row_sum_tolerance: float) -> None:
             f"`probs` must lie in [0, 1], got values in [{low:.6g}, {high:.6g}]; pass "
             "probabilities, not logits (see `softmax`)"
         )
+    _check_row_sums(row_sums, row_sum_tolerance)
+
+
+def _check_row_sums(row_sums: np.ndarray, tolerance: float, what: str = "`probs`") -> None:
+    """Raise ``ValueError`` naming the worst row if a (N,) row sum is beyond `tolerance` of 1."""
     deviation = np.abs(row_sums - 1.0)
     worst = int(np.argmax(deviation))
-    if deviation[worst] > row_sum_tolerance:
+    if deviation[worst] > tolerance:
         raise ValueError(
-            f"rows of `probs` must sum to 1 (within {row_sum_tolerance:g}); row {worst} sums "
+            f"rows of {what} must sum to 1 (within {tolerance:g}); row {worst} sums "
             f"to {row_sums[worst]:.6g}"
         )
 
@@ -207,12 +212,17 @@ def _top1_scan(p: np.ndarray, row_sum_tolerance: float) -> tuple[np.ndarray, np.
     return predictions, confidences
 
 
-def _check_labels(labels: Any, n: int, k: int) -> np.ndarray:
-    """Check ``labels`` (N,) against ``probs`` of shape (N, K); return it as ``np.intp``."""
+def _check_labels(labels: Any, n: int, k: int, scores_name: str = "probs") -> np.ndarray:
+    """Check ``labels`` (N,) against scores of shape (N, K); return it as ``np.intp``.
+
+    Raises:
+        ValueError: on a shape mismatch (both shapes quoted, the scores named `scores_name`),
+            a non-integer dtype (bool included) or values outside [0, K).
+    """
     y = _to_numpy(labels)
     if y.shape != (n,):
         raise ValueError(
-            f"`labels` must have shape ({n},) to match `probs` of shape {(n, k)}, "
+            f"`labels` must have shape ({n},) to match `{scores_name}` of shape {(n, k)}, "
             f"got {tuple(y.shape)}"
         )
     if not np.issubdtype(y.dtype, np.integer):

@@ -59,10 +59,7 @@ class _Guard:
             if not torch.isfinite(loss):
                 self._raise(f"{loss.item()}", batch, note)
         else:
-            bad = ~torch.isfinite(loss.detach()) & (self.first_bad < 0)
-            self.first_bad = torch.where(bad, batch, self.first_bad)
-            if batch % _CHECK_EVERY == 0:
-                self.check(note)
+            self._record(loss, batch, note)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
@@ -76,14 +73,18 @@ class _Guard:
             if not torch.isfinite(total):
                 self._raise(f"{total.item()}", batch, note)
         else:
-            bad = ~torch.isfinite(loss.detach()) & (self.first_bad < 0)
-            self.first_bad = torch.where(bad, batch, self.first_bad)
-            if batch % _CHECK_EVERY == 0:
-                self.check(note)
+            self._record(loss, batch, note)
         self.optimizer.zero_grad(set_to_none=True)
         scale = ddp.world * weight
         (loss if scale == 1.0 else loss * scale).backward()
         self.optimizer.step()
+
+    def _record(self, loss: Tensor, batch: int, note: str) -> None:
+        """Record the first non-finite batch on the device (deferred mode; no host sync)."""
+        bad = ~torch.isfinite(loss.detach()) & (self.first_bad < 0)
+        self.first_bad = torch.where(bad, batch, self.first_bad)
+        if batch % _CHECK_EVERY == 0:
+            self.check(note)
 
     def check(self, note: str = "") -> None:
         """Raise DivergedError if a recorded loss was not finite (one host sync on CUDA)."""

@@ -21,6 +21,14 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+def _save(fig: plt.Figure, path: str | Path, dpi: int = 110, **savefig_kwargs) -> Path:
+    """Write `fig` to the PNG `path` at `dpi` and close it; returns the path as a Path."""
+    path = Path(path)
+    fig.savefig(path, dpi=dpi, **savefig_kwargs)
+    plt.close(fig)
+    return path
+
+
 def reliability_diagram(
     edges: Sequence[float],
     counts: Sequence[int],
@@ -73,10 +81,7 @@ def reliability_diagram(
     # of a sweep draws one of these
     fig.subplots_adjust(left=0.15, right=0.97, top=0.94 if title else 0.97, bottom=0.09,
                         hspace=0.08)
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def pareto_plot(
@@ -155,14 +160,11 @@ def pareto_plot(
     else:
         ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    path = Path(path)
     bars = accuracy_sem is not None or ece_sem is not None
     # the PNG says what it shows (read by `PIL.Image.open(path).text["Description"]`)
-    fig.savefig(path, dpi=110, metadata={"Description": (
+    return _save(fig, path, metadata={"Description": (
         "Pareto front of validation accuracy vs. ECE" + (
             "; points are means over seeds with ±1 SEM error bars" if bars else ""))})
-    plt.close(fig)
-    return path
 
 
 def compare_plot(
@@ -210,10 +212,7 @@ def compare_plot(
     if title:
         ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def shift_plot(
@@ -304,10 +303,7 @@ def shift_plot(
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 #: ImageNet normalisation of the segmentation transforms, undone to show the images.
@@ -362,7 +358,4 @@ def confidence_maps(
     fig.colorbar(shown, ax=axes[:, 3].tolist(), fraction=0.05, pad=0.02)
     if title:
         fig.suptitle(title, fontsize=10)
-    path = Path(path)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(fig, path, dpi=90)
