@@ -141,7 +141,7 @@ class CalibrationObjective:
         Returns:
             ``log_p -> torch_value(log_p, labels, class_coef)``, a 0-d float64 tensor.
         """
-        y = torch.as_tensor(np.asarray(labels), dtype=torch.int64)
+        y = torch.tensor(np.asarray(labels), dtype=torch.int64)  # a copy: labels may be read-only
         coef = None if class_coef is None else torch.as_tensor(class_coef, dtype=torch.float64)
         return lambda log_p: self.torch_value(log_p, y, coef)
 
@@ -158,7 +158,7 @@ class CalibrationObjective:
         Returns:
             (K,) float64.
         """
-        y = torch.as_tensor(np.asarray(labels), dtype=torch.int64)
+        y = torch.tensor(np.asarray(labels), dtype=torch.int64)
         with torch.no_grad():
             losses = self.torch_class_losses(
                 torch.as_tensor(log_p, dtype=torch.float64), y, n_classes
