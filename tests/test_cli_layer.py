@@ -2,7 +2,7 @@
 
 MLflow, PyTorch, NumPy, pandas and Ray are imported by the layers below it (the API,
 :mod:`raysearch.tracking`, :mod:`raysearch.tracking.reports`, the science modules), never by
-``raysearch/cli/commands.py`` itself, so ``raysearch --help`` starts in a fraction of a second.
+a module of ``raysearch/cli/`` itself, so ``raysearch --help`` starts in a fraction of a second.
 """
 
 from __future__ import annotations
@@ -50,6 +50,14 @@ def test_cli_source_imports_no_heavy_module():
     heavy = sorted(n for n in names if n.split(".")[0] in HEAVY)
     assert heavy == [], f"raysearch/cli/commands.py imports {heavy}"
     assert "click" in names  # the walk did see the file's imports
+
+
+def test_no_module_of_the_cli_package_imports_a_heavy_module():
+    files = sorted(CLI.parent.glob("*.py"))
+    assert {f.name for f in files} >= {"__init__.py", "__main__.py", "commands.py", "plan.py"}
+    heavy = {f.name: sorted(n for n in _imported_modules(ast.parse(f.read_text()))
+                            if n.split(".")[0] in HEAVY) for f in files}
+    assert {name: found for name, found in heavy.items() if found} == {}
 
 
 def test_importing_the_cli_and_its_help_load_no_heavy_module():
