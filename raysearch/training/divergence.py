@@ -1,4 +1,4 @@
-"""The divergence guard of a training epoch: check each batch's loss, then step the optimiser.
+"""The failure guards of a run: the divergence check of each batch, and out-of-memory errors.
 
 ``_Guard(device, optimizer, epoch, ddp).step(loss, batch)`` checks that the loss is finite (at
 once on the CPU; on CUDA on the device, read every ``_CHECK_EVERY`` batches and by
@@ -9,10 +9,17 @@ gradient average is the full-batch gradient. A NaN/inf raises
 :func:`raysearch.training.run.fit` (**Divergence**). :mod:`raysearch.training.run` re-exports every
 name here.
 
+An out-of-memory error (``torch.OutOfMemoryError``) raised while training or evaluating becomes
+:class:`OutOfMemoryRunError`, one line naming the batch size, the device and the stage
+(:func:`out_of_memory_error`); the run is not retried with a smaller batch, which would change
+its configuration.
+
 Imports only :mod:`raysearch.training.loop` of the package; never :mod:`raysearch.training.run`.
 """
 
 from __future__ import annotations
+
+import traceback
 
 import torch
 from torch import Tensor
@@ -21,6 +28,66 @@ from raysearch.training.loop import Dist, DivergedError
 
 #: On CUDA, the device-side divergence flag is read every this many batches.
 _CHECK_EVERY = 50
+
+#: What torch raises when an allocation fails (``torch.cuda.OutOfMemoryError`` before torch 2.5).
+OUT_OF_MEMORY: type[BaseException] = getattr(torch, "OutOfMemoryError",
+                                             torch.cuda.OutOfMemoryError)
+
+
+class OutOfMemoryRunError(RuntimeError):
+    """A run's batch did not fit in the device's memory (one line: batch size, device, stage).
+
+    Raised by :func:`raysearch.training.run.fit` from the original ``torch.OutOfMemoryError``
+    (its ``__cause__``); the message starts with ``"CUDA out of memory"``.
+    """
+
+
+def out_of_memory_error(
+    exc: BaseException, batch_size: int, device: torch.device, stage: str, *,
+    training: bool = True, bf16: bool = False,
+) -> OutOfMemoryRunError:
+    """The one-line :class:`OutOfMemoryRunError` for `exc`, after dropping what it holds.
+
+    The locals of the finished frames of `exc`'s traceback (the batch, its activations and
+    logits) are dropped; the caller then drops its own references to the model and the
+    optimiser and calls :func:`free_device_memory`.
+
+    Args:
+        exc: the ``torch.OutOfMemoryError`` (set as the new error's ``__cause__``).
+        batch_size: samples per batch where it happened (the training or evaluation batch).
+        device: the run's device (``cuda`` is named with its index).
+        stage: where in the run, e.g. ``"training, epoch 3"``.
+        training: whether it happened in a training pass (`batch_size` is then ``batch_size``
+            of the config); False: evaluation, at the fixed evaluation batch size.
+        bf16: whether the training forward pass already runs under bf16 autocast.
+
+    Returns:
+        OutOfMemoryRunError: e.g. ``"CUDA out of memory at batch size 128 on cuda:0 (training,
+        epoch 3): lower batch_size, use precision bf16, or fewer trials per GPU
+        (gpus_per_trial)"``.
+    """
+    if exc.__traceback__ is not None:
+        traceback.clear_frames(exc.__traceback__)
+    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+        device = torch.device("cuda", torch.cuda.current_device())
+    if training:
+        advice = "lower batch_size, " + ("" if bf16 else "use precision bf16, ")
+    else:
+        advice = "use a smaller model, "
+    error = OutOfMemoryRunError(
+        f"CUDA out of memory at batch size {batch_size} on {device} ({stage}): {advice}or "
+        f"fewer trials per GPU (gpus_per_trial)")
+    error.__cause__ = exc
+    return error
+
+
+def free_device_memory() -> None:
+    """Return the CUDA allocator's cached blocks to the device (``torch.cuda.empty_cache()``).
+
+    A no-op without CUDA.
+    """
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 class _Guard:

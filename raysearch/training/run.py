@@ -46,6 +46,13 @@
   backward pass; on CUDA the check is kept on the device (no host sync per batch) and read
   every 50 batches and at the end of the epoch; a NaN/inf raises :class:`DivergedError` naming
   the first bad batch.
+- **Out of memory**: a ``torch.OutOfMemoryError`` raised while training or evaluating (a batch
+  that does not fit on the GPU) raises :class:`OutOfMemoryRunError`, one line naming the batch
+  size, the device and the epoch (e.g. "CUDA out of memory at batch size 128 on cuda:0
+  (training, epoch 3): lower batch_size, use precision bf16, or fewer trials per GPU
+  (gpus_per_trial)"), from the original error, after the run's tensors are dropped and the CUDA
+  cache is emptied. The run is never retried with a smaller batch: that would silently change
+  its configuration; in a sweep the trial fails with that line and the sweep goes on.
 - **Objectness losses**: when the built loss has the class attribute ``needs_objectness = True``
   (``als``), every epoch trains on freshly augmented crops of the training split with their
   objectness (:func:`raysearch.training.data.objectness.objectness_train_set`; digits: the ink box
@@ -121,6 +128,12 @@ import torch
 from torch import Tensor, nn
 
 from raysearch.training.divergence import _CHECK_EVERY as _CHECK_EVERY
+from raysearch.training.divergence import (
+    OUT_OF_MEMORY,
+    OutOfMemoryRunError,
+    free_device_memory,
+    out_of_memory_error,
+)
 from raysearch.training.divergence import _Guard as _Guard
 from raysearch.training.interleaving import _NOT_INTERLEAVABLE as _NOT_INTERLEAVABLE
 from raysearch.training.interleaving import _check_interleavable as _check_interleavable
@@ -158,8 +171,8 @@ if TYPE_CHECKING:
     from raysearch.training.loop import SideInputFeed, TrainFeed
     from raysearch.training.tasks import EvalContext, Task
 
-__all__ = ["EVAL_BATCH_SIZE", "PRECISIONS", "DivergedError", "EpochResult", "TrainResult",
-           "build_run_loss", "build_run_model", "evaluate", "fit", "load_run_data"]
+__all__ = ["EVAL_BATCH_SIZE", "PRECISIONS", "DivergedError", "EpochResult", "OutOfMemoryRunError",
+           "TrainResult", "build_run_loss", "build_run_model", "evaluate", "fit", "load_run_data"]
 
 # the loop's pieces under the names earlier code and benchmarks import from here
 _Amp, _Source, _Dist, _predict_source, _numpy_logits = (Amp, Source, Dist, predict_source,
@@ -253,19 +266,52 @@ def fit(
             primary + secondary objective ..."), with ``interleave_fraction`` outside (0, 1),
             or a training split too small to hold out a stratified part.
         TypeError: if `distributed` is not a bool or None.
+        OutOfMemoryRunError: if a training or evaluation batch does not fit in the device's
+            memory (``torch.OutOfMemoryError``, its ``__cause__``); one line, starting "CUDA out
+            of memory at batch size B on DEVICE (STAGE)". The run is failed, not retried with a
+            smaller batch (that would change its configuration).
     """
     run = _setup(cfg, resume=resume, device=device, data=data, loss=loss, precision=precision,
                  num_workers=num_workers, distributed=distributed, components=components,
                  metrics=metrics)
+    try:
+        return _epochs(run, on_epoch)
+    except OUT_OF_MEMORY as exc:
+        batch_size, stage, training = run.stage
+        error = out_of_memory_error(exc, batch_size, run.amp.device, stage, training=training,
+                                    bf16=run.amp.bf16)
+    del run  # the model, the optimiser and the data on the device
+    free_device_memory()
+    raise error from error.__cause__
+
+
+def _epochs(run: _Run, on_epoch: OnEpoch | None) -> TrainResult:
+    """Train the epochs left, evaluating after each, then the test split (:func:`fit`'s loop).
+
+    ``run.stage`` says where the run is, for an out-of-memory error: ``(batch size, where,
+    training)``.
+    """
+    cfg = run.cfg
     val_state = None
     for epoch in range(run.start_epoch, cfg.epochs + 1):
+        run.stage = (cfg.batch_size, f"training, epoch {epoch}", True)
         epoch_metrics = _train_epoch(run, epoch)
+        run.stage = (_eval_batch(run.data.val), f"validation after epoch {epoch}", False)
         val_state, val_metrics = _evaluate(run, epoch)
         epoch_metrics.update(val_metrics)
         run.metrics = epoch_metrics
         if on_epoch is not None:
             _report(on_epoch, epoch, epoch_metrics, _checkpoint(run, epoch))
+    run.stage = (_eval_batch(run.data.test), "test", False)
     return _finish(run, val_state)
+
+
+def _eval_batch(split: Any) -> int:
+    """The largest batch an evaluation of `split` predicts at once (``EVAL_BATCH_SIZE`` at most)."""
+    try:
+        return min(EVAL_BATCH_SIZE, len(split))
+    except TypeError:  # a dataset without a length
+        return EVAL_BATCH_SIZE
 
 
 @dataclass
@@ -291,6 +337,8 @@ class _Run:
         ctx: what the task's evaluation needs.
         start_epoch: the first epoch to train, 1-based (after the resumed one).
         metrics: the metrics of the last finished epoch (a resumed state's, before any).
+        stage: ``(batch size, where, training)`` of the pass running now, for an
+            out-of-memory error (:func:`_epochs`).
     """
 
     cfg: RunConfig
@@ -311,6 +359,7 @@ class _Run:
     ctx: EvalContext
     start_epoch: int
     metrics: dict[str, float]
+    stage: tuple[int, str, bool] = (0, "setup", False)
 
 
 def _setup(

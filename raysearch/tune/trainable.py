@@ -220,7 +220,11 @@ def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str
 
     A training loss that becomes NaN/inf ends the trial with a last report holding
     ``diverged`` (the message): the tracking callback records it FAILED and the searcher tells
-    Optuna FAIL. Any other exception propagates (Tune marks the trial ERROR).
+    Optuna FAIL. Any other exception propagates (Tune marks the trial ERROR); a batch that
+    does not fit in the GPU's memory is one of them:
+    :class:`~raysearch.training.run.OutOfMemoryRunError`, whose one line (batch size, device,
+    epoch) becomes the trial's ``raysearch.error`` tag. The trial is not retried with a smaller
+    batch (that would change its configuration); the other trials go on.
 
     Raises:
         ValueError: on invalid `workers`, `cpus_per_worker` or `gpus_per_worker`
