@@ -179,6 +179,8 @@ def train(config: RunConfig | Mapping[str, Any] | str | Path, *, model: Any = No
         ValueError: one line for an invalid config, an unknown name, a factory that raises;
             before the MLflow run is created.
         raysearch.training.run.DivergedError: if the loss becomes NaN (the run is marked FAILED).
+        raysearch.training.run.OutOfMemoryRunError: one line if the device runs out of memory
+            (the batch size, the device, what to lower; the run is marked FAILED).
     """
     import yaml
 
