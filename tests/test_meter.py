@@ -304,6 +304,7 @@ def test_all_pixels_ignored_gives_nan():
     assert math.isnan(result["miou"])
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_equals_cpu():
     rng = np.random.default_rng(5)

@@ -229,6 +229,7 @@ def test_unknown_model(digits):
         fit(RunConfig(model="nope", epochs=1), data=digits)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_cuda(digits):
     result = fit(RunConfig(epochs=3), data=digits, device="cuda")

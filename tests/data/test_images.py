@@ -230,6 +230,7 @@ def test_cropflip_rejects():
         CropFlip(padding=1, flip=1)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_same_batch_on_cpu_and_cuda():
     rng = np.random.default_rng(2)
