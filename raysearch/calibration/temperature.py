@@ -142,14 +142,25 @@ class _ScalarTemperatureProblem:
         self.class_coef = class_coef
         self._loss = _temperature_scaled(z, labels, objective, class_coef)
         self.evaluations = 0
+        self._last: tuple[float, tuple[float, float, float]] | None = None
 
     def evaluate(self, log_t: float, curvature: bool = False) -> tuple[float, float, float]:
-        """Objective, d/ds and (if ``curvature``) d2/ds2 at s = log T (else NaN)."""
+        """Objective, d/ds and (if ``curvature``) d2/ds2 at s = log T (else NaN).
+
+        The last point is remembered: asking again at the same s (the fit's final value and
+        derivative) costs no pass over the logits.
+        """
+        if self._last is not None and self._last[0] == log_t and (
+                not curvature or not math.isnan(self._last[1][2])):
+            return self._last[1]
         self.evaluations += 1
         if curvature:
-            return value_and_derivatives(self._loss, log_t)
-        value, grad = value_and_grad(self._loss, log_t)
-        return value, float(grad), float("nan")
+            out = value_and_derivatives(self._loss, log_t)
+        else:
+            value, grad = value_and_grad(self._loss, log_t)
+            out = (value, float(grad), float("nan"))
+        self._last = (log_t, out)
+        return out
 
     def value_and_grad(self, log_t: float) -> tuple[float, float]:
         value, grad, _ = self.evaluate(log_t)
@@ -166,6 +177,9 @@ def _newton_log_temperature(
 ) -> float:
     """Safeguarded Newton iteration on dL/ds = 0 over [lo, hi] (objectives convex in 1/T).
 
+    The first step uses the autograd curvature d2L/ds2, the later ones the secant of the last
+    two gradients (superlinear, one backward pass each).
+
     Convexity in beta = exp(-s) makes the sign of dL/ds go from - to + once, so a bracket
     [a, b] of the minimiser is kept: Newton steps that leave it (or meet a non-positive
     curvature, L need not be convex in s) are replaced by a bound (first time) or bisection.
@@ -177,6 +191,7 @@ def _newton_log_temperature(
     s = min(max(start, lo), hi)
     _, g, h = problem.evaluate(s, curvature=True)
     for _ in range(200):
+        s_prev, g_prev = s, g
         if g > 0:
             b, b_seen = s, True
         elif g < 0:
@@ -196,7 +211,10 @@ def _newton_log_temperature(
         if abs(step - s) <= 1e-14:
             break
         s = step
-        _, g, h = problem.evaluate(s, curvature=True)
+        # later steps take the curvature from the last two gradients (a secant): one backward
+        # pass per step instead of a double backward, and the bracket keeps it safe
+        _, g, _ = problem.evaluate(s)
+        h = (g - g_prev) / (s - s_prev)
     return s
 
 
