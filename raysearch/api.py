@@ -424,6 +424,10 @@ def calibrate(source: str | Path, *, methods: str | Sequence[str] = "ts,ets,cts,
         say(f"MLflow: sweep {result.name}, parent run {result.parent_run_id} "
             f"({result.tracking_uri})")
         return Calibration(run_id=result.parent_run_id, search=result)
+    if (log or tracking_uri) and client is None:
+        from raysearch.tracking.runs import check_tracking_uri, resolve_tracking_uri
+
+        check_tracking_uri(resolve_tracking_uri(tracking_uri))  # before anything is written
     report = calibrate_outputs(outputs, methods=_method_names(methods),
                                classwise_scaling=classwise_scaling, fraction=fraction,
                                seed=seed, n_bins=n_bins)

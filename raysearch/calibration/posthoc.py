@@ -44,6 +44,7 @@ import pickle
 import re
 import time
 import warnings
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -423,6 +424,9 @@ def load_outputs(path: str | Path, *, allow_pickle: bool = False) -> Outputs:
         )
     try:
         if suffix == ".npz":
+            if not zipfile.is_zipfile(path):
+                raise ValueError("not a .npz archive (no zip directory: truncated or another "
+                                 "format)")
             with np.load(path, allow_pickle=allow_pickle) as data:
                 outputs = _from_mapping({key: data[key] for key in data.files})
         elif suffix == ".parquet":
@@ -431,6 +435,8 @@ def load_outputs(path: str | Path, *, allow_pickle: bool = False) -> Outputs:
             outputs = _read_pickle(path)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from exc
+    except (zipfile.BadZipFile, EOFError) as exc:  # a truncated or corrupt .npz archive
+        raise ValueError(f"{path}: not a readable {suffix} file ({exc})") from exc
     logger.info(
         "loaded %s: N=%d, K=%d, %s%s",
         path,
