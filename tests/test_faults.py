@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -257,10 +258,26 @@ def test_ctrl_c_then_resume(one_node, tmp_path):
     assert [c.info.status for c in children] == ["KILLED", "KILLED"]
     assert {c.data.tags["raysearch.outcome"] for c in children} == {"interrupted"}
 
-    resumed = subprocess.run([*RAYSEARCH, "sweep", "--resume", "ctrl-c", *common],
+    # a folder that does not hold this sweep is refused in one line, before Ray starts
+    (tmp_path / "other").mkdir()
+    wrong = subprocess.run([*RAYSEARCH, "sweep", "--resume", "ctrl-c", "--storage-path",
+                            str(tmp_path / "other"), *common],
+                           capture_output=True, text=True, timeout=120)
+    assert wrong.returncode == 2, wrong.stdout[-2000:] + wrong.stderr[-2000:]
+    assert wrong.stderr.strip().count("\n") == 0
+    assert "does not hold sweep 'ctrl-c'" in wrong.stderr
+    assert str(tmp_path / "ray") in wrong.stderr  # the path it was started with
+    # the storage moved (another disk, another mount point): --storage-path says where it is now
+    (tmp_path / "ray").rename(tmp_path / "moved")
+    resumed = subprocess.run([*RAYSEARCH, "sweep", "--resume", "ctrl-c", "--storage-path",
+                              str(tmp_path / "moved"), *common],
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert f"-> {tmp_path / 'moved'}" in resumed.stdout
     client, parents, children = _runs(uri)
+    local = client.download_artifacts(parents[0].info.run_id, "sweep.json", str(tmp_path))
+    record = json.loads(Path(local).read_text())
+    assert record["storage_path"] == str(tmp_path / "moved")  # later resumes look there
     assert parents[0].info.status == "FINISHED"
     assert [c.info.status for c in children] == ["FINISHED", "FINISHED"]
     for child in children:

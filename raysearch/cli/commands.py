@@ -232,7 +232,8 @@ def _options(options: list[Callable]) -> Callable:
               help="Continue sweep NAME after its driver was killed or interrupted: finished "
                    "trials are kept, unfinished and failed ones go on from their checkpoints. "
                    "Takes the sweep's own space and settings (give no SPACE; --address, "
-                   "--tracking-uri and --experiment may be given).")
+                   "--tracking-uri, --experiment and --storage-path, where its storage is now "
+                   "if it was moved, may be given).")
 @_options(_SWEEP_DATA_OPTIONS)
 @_options(_SWEEP_RESOURCE_OPTIONS)
 @_options(_SWEEP_RUN_OPTIONS)
@@ -296,7 +297,8 @@ def _resume(ctx: click.Context, space: str | None, resume: str, options: dict[st
     from raysearch.tune.engine import resume_sweep
 
     given = [p.opts[0] for p in ctx.command.params
-             if p.name not in ("resume", "address", "tracking_uri", "experiment", "space")
+             if p.name not in ("resume", "address", "tracking_uri", "experiment", "space",
+                               "storage_path")
              and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
     if space is not None:
         raise ValueError(f"--resume {resume} continues the sweep with its own space: drop "
@@ -306,7 +308,7 @@ def _resume(ctx: click.Context, space: str | None, resume: str, options: dict[st
                          f"drop {', '.join(given)}")
     result = resume_sweep(resume, tracking_uri=options["tracking_uri"],
                           experiment=options["experiment"], address=options["address"],
-                          progress=_echo)
+                          storage_path=options["storage_path"], progress=_echo)
     _print_result(result)
 
 

@@ -381,7 +381,8 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
 def resume_sweep(name: str, *, tracking_uri: str | None = None,
                  experiment: str = tracking.DEFAULT_EXPERIMENT, address: str | None = None,
                  progress: Callable[[str], None] | None = None,
-                 components: dict[str, dict[str, Any]] | None = None) -> SweepResult:
+                 components: dict[str, dict[str, Any]] | None = None,
+                 storage_path: str | None = None) -> SweepResult:
     """Continue sweep `name` after its driver was killed or interrupted (``sweep --resume``).
 
     The sweep's settings and search space come from its record (``sweep.json`` of the parent
@@ -400,13 +401,18 @@ def resume_sweep(name: str, *, tracking_uri: str | None = None,
         progress: as for :func:`run_sweep`.
         components: the objects a sweep started from Python was given (as for
             :func:`run_sweep`): names recorded as ``__main__:...`` need them again.
+        storage_path: where the sweep's Tune storage is now (default: the path it was started
+            with, from its record): the same path, or a folder (URI) the storage was moved or
+            copied to; the sweep's own experiment folder ``<path>/<name>`` is accepted too. The
+            record then points to it for later resumes.
 
     Returns:
         The :class:`SweepResult` over all the sweep's trials.
 
     Raises:
         ValueError: if the sweep is unknown, already finished, has no record (made by an
-            older raysearch) or no Tune experiment state at its storage path.
+            older raysearch) or no Tune experiment state at its storage path (with
+            `storage_path`: one line naming the path and the one the sweep was started with).
     """
     say = progress or (lambda line: logger.info("%s", line))
     client, uri = tracking.get_client(tracking_uri)
@@ -421,13 +427,18 @@ def resume_sweep(name: str, *, tracking_uri: str | None = None,
     if address is not None:
         settings.address = address
     settings.validate()
-    storage = record["storage_path"]
+    storage = _resume_storage(record, name, storage_path)
     path = f"{storage.rstrip('/')}/{name}"
-    check_storage(storage)
     if not tune.Tuner.can_restore(path):
         raise ValueError(f"sweep '{name}' cannot be resumed: no Tune experiment state under "
                          f"{path} (the driver stopped before Tune's first snapshot); start it "
                          "again with another --name")
+    if storage.rstrip("/") != record["storage_path"].rstrip("/"):
+        say(f"sweep {name}: storage {record['storage_path']} -> {storage} (recorded for later "
+            "resumes)")
+        record["storage_path"] = storage
+        client.log_text(parent.info.run_id, json.dumps(record, indent=1), SWEEP_RECORD)
+    settings.storage_path = storage
     prepared = prepare_data(space, settings, say, components)
     check_tracking_for_cluster(tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"),
                                settings.address)
@@ -444,6 +455,23 @@ def resume_sweep(name: str, *, tracking_uri: str | None = None,
         f"'{space.name}' on {settings.dataset}); MLflow {uri} (experiment '{experiment}')")
     return _execute(space, settings, client, uri, parent.info.experiment_id, parent_id, name,
                     storage, prepared, say, restore=path, components=components)
+
+
+def _resume_storage(record: dict[str, Any], name: str, given: str | None) -> str:
+    """The storage root a resumed sweep reads Tune's state from (see :func:`resume_sweep`)."""
+    if given is None:
+        check_storage(record["storage_path"])
+        return record["storage_path"]
+    storage = resolve_storage(given).rstrip("/")
+    check_storage(storage)
+    if tune.Tuner.can_restore(f"{storage}/{name}"):
+        return storage
+    parent, _, leaf = storage.rpartition("/")
+    if leaf == name and parent and tune.Tuner.can_restore(storage):
+        return parent  # the sweep's own experiment folder
+    raise ValueError(f"--storage-path {given} does not hold sweep '{name}' (no Tune experiment "
+                     f"state at {storage}/{name}); give the path it was started with "
+                     f"({record['storage_path']}) or the folder it was moved to")
 
 
 def _has_errored_trials(client: Any, parent: Any) -> bool:
