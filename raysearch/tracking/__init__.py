@@ -32,33 +32,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-#: Where each name of this package comes from: ``{module: names}``; every name of the former
-#: single module (public and private, and what it imported) stays importable from here.
+#: Where each name of this package comes from: ``{submodule: names}``; every name the former
+#: single module defined (public and private) stays importable from here.
 _FROM: dict[str, tuple[str, ...]] = {
-    'collections.abc': (
-        'Callable',
-    ),
-    'pathlib': (
-        'Path',
-    ),
-    'typing': (
-        'Any',
-    ),
-    'mlflow.entities': (
-        'Dataset', 'DatasetInput', 'InputTag', 'Metric', 'Param', 'RunTag',
-    ),
-    'mlflow.tracking': (
-        'MlflowClient',
-    ),
-    'ray': (
-        'tune',
-    ),
-    'raysearch.config': (
-        'RunConfig', 'SELECTIONS',
-    ),
-    'raysearch.metrics.selection': (
-        'selection_table',
-    ),
     'raysearch.tracking.book': (
         '_BOOKS', '_BOOKS_LOCK', '_SweepBook', '_book_for',
     ),
@@ -92,36 +68,12 @@ _FROM: dict[str, tuple[str, ...]] = {
     'raysearch.tracking.train': (
         'log_calibration_run', 'train_and_log',
     ),
-    'raysearch.training': (
-        'plots',
-    ),
-    'raysearch.training.records': (
-        'ARTIFACT_FILES', 'COMPLETED', 'CONFIG_ID_KEY', 'DIVERGED', 'EPOCH_HISTORY',
-        'LOGITS_FILE', 'RELIABILITY', 'RELIABILITY_PLOT', 'RESUMED_FROM', 'SEED_INDEX_KEY',
-    ),
-}
-#: Modules the former single module imported under a name of its own.
-_MODULES = {
-    'contextlib': 'contextlib',
-    'json': 'json',
-    'logging': 'logging',
-    'math': 'math',
-    'pa': 'pyarrow',
-    'pd': 'pandas',
-    'pq': 'pyarrow.parquet',
-    'queue': 'queue',
-    'tempfile': 'tempfile',
-    'threading': 'threading',
-    'time': 'time',
-    'yaml': 'yaml',
 }
 _WHERE = {name: module for module, names in _FROM.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _MODULES:
-        value = importlib.import_module(_MODULES[name])
-    elif name in _WHERE:
+    if name in _WHERE:
         value = getattr(importlib.import_module(_WHERE[name]), name)
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -130,4 +82,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_WHERE, *_MODULES})
+    return sorted({*globals(), *_WHERE})
