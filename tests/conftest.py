@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from clusters import start_mlflow_server, stop_process
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -44,32 +44,9 @@ def mlflow_server(tmp_path_factory):
     """A real `mlflow server` process on a free port of 127.0.0.1; yields its URI."""
     root = tmp_path_factory.mktemp("mlflow_server")
     port = _free_port()
-    log = open(root / "server.log", "w")  # noqa: SIM115
-    env = {**os.environ, "MLFLOW_LOGGING_LEVEL": "WARNING"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
-         "--artifacts-destination", str(root / "artifacts"), "--workers", "1"],
-        stdout=log, stderr=subprocess.STDOUT, env=env)
-    uri = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            urllib.request.urlopen(uri + "/health", timeout=2).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                tail = (root / "server.log").read_text()[-2000:]
-                raise RuntimeError(f"mlflow server did not start: {tail}") from None
-            time.sleep(0.5)
-    yield uri
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+    proc = start_mlflow_server(root, port)
+    yield f"http://127.0.0.1:{port}"
+    stop_process(proc)
 
 
 @pytest.fixture(scope="session")

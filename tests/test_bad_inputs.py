@@ -211,6 +211,10 @@ def _export_missing(tmp):
     return ["export", "no-such-sweep", "-o", str(tmp / "best.yaml")], ["no-such-sweep"]
 
 
+def _sync_missing(tmp):
+    return ["sync", "no-such-sweep"], ["no-such-sweep"]
+
+
 def _storage_under_file(tmp):
     blocker = _write(tmp / "blocker", "a regular file\n")
     return ["sweep", "ce", "--storage-path", str(blocker / "ray")], ["blocker"]
@@ -230,7 +234,7 @@ CASES = [
     _calibrate_pickle_refused,
     _calibrate_mismatched_n, _calibrate_unknown_calibrator, _train_corrupt_export,
     _train_unknown_key, _resume_missing, _report_missing, _export_missing, _storage_under_file,
-    _model_param_without_value,
+    _model_param_without_value, _sync_missing,
 ]
 
 
@@ -261,7 +265,7 @@ def test_bad_input_fails_cleanly(build, tmp_path):
     args, needles = build(tmp_path)
     db, storage, out_dir = tmp_path / "mlruns.db", tmp_path / "ray", tmp_path / "calib-out"
     command = args[0]
-    if command in ("sweep", "train", "report", "export", "calibrate"):
+    if command in ("sweep", "train", "report", "export", "calibrate", "sync"):
         args += ["--tracking-uri", f"sqlite:///{db}"]
     if command == "sweep" and "--storage-path" not in args:
         args += ["--storage-path", str(storage)]
@@ -276,7 +280,7 @@ def test_bad_input_fails_cleanly(build, tmp_path):
 
 
 @pytest.mark.parametrize("command", [["report", "s1"], ["export", "s1"], ["train", "CFG"],
-                                     ["calibrate", "NPZ"]])
+                                     ["calibrate", "NPZ"], ["sync", "s1"]])
 def test_unreachable_tracking_server_fails_fast(command, tmp_path):
     """An MLflow server nobody answers at: one line naming it, within seconds, nothing written.
 

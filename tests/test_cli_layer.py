@@ -78,7 +78,7 @@ def test_raysearch_help_runs():
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     commands = {"sweep", "train", "report", "compare", "export", "calibrate", "list",
-                "spaces", "recipes", "reproduce", "ui"}
+                "spaces", "recipes", "reproduce", "sync", "ui"}
     listed = {line.split()[0] for line in proc.stdout.split("Commands:")[1].splitlines()
               if line.strip()}
     assert listed == commands

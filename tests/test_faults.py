@@ -126,23 +126,25 @@ def _poll(uri: str, proc: subprocess.Popen, ready, timeout: float = 240.0):
     raise AssertionError("the sweep never reached the point of the fault")
 
 
-def _start_sweep(cluster, tmp_path, name: str, trials: int, epochs: int):
+def _start_sweep(cluster, tmp_path, name: str, trials: int, epochs: int, *,
+                 uri: str | None = None, env: dict[str, str] | None = None):
     """``raysearch sweep ce`` on `cluster` in a subprocess (2 trials at a time, 1 CPU each).
 
     Every epoch is checkpointed, hence reported: the tests inject their faults at epochs they
-    read from MLflow.
+    read from MLflow. `uri`: the tracking URI (default: a SQLite store in `tmp_path`); `env`:
+    extra environment variables of the driver.
 
     Returns the tracking URI, the options a ``--resume`` needs, and the process (its output
     goes to ``first.log``).
     """
-    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    uri = uri or f"sqlite:///{tmp_path / 'mlruns.db'}"
     common = ["--tracking-uri", uri, "--address", cluster.address]
     log = open(tmp_path / "first.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(
         [*RAYSEARCH, "sweep", "ce", "--num-samples", str(trials), "--max-concurrent", "2",
          "--epochs", str(epochs), "--name", name, "--storage-path", str(tmp_path / "ray"),
          "--posthoc", "none", "--checkpoint-every", "1", *common],
-        stdout=log, stderr=subprocess.STDOUT)
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     return uri, common, proc
 
 
@@ -285,3 +287,129 @@ def test_ctrl_c_then_resume(one_node, tmp_path):
         assert "raysearch.error" not in child.data.tags  # cleared when it was reopened
         assert int(child.data.tags["raysearch.resumed_from_epoch"]) >= 1
         assert _steps(client, child.info.run_id) == list(range(1, 21))
+
+
+# -- drills that take minutes (marked slow: `python -m pytest -m slow`, run nightly) --------------
+
+def _tune_firsts(storage: Path, trial_id: str, key: str) -> dict[int, float]:
+    """``{epoch: first reported value of key}`` from the trial's result.json in Tune's storage."""
+    (folder,) = [p for p in storage.iterdir() if f"_{trial_id}_" in p.name]
+    first: dict[int, float] = {}
+    for line in (folder / "result.json").read_text().splitlines():
+        result = json.loads(line)
+        for entry in [*result.get("epoch_history", ()), result]:
+            if key in entry:
+                first.setdefault(int(entry["epoch"]), entry[key])
+    return first
+
+
+def _assert_whole(uri: str, tmp_path: Path, name: str, trials: int, epochs: int) -> str:
+    """The sweep's record is whole: one child per trial, each epoch once and equal to Tune's.
+
+    Returns the parent run id.
+    """
+    client, parents, children = _runs(uri)
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    trial_ids = Counter(c.data.tags["raysearch.trial_id"] for c in children)
+    assert len(trial_ids) == trials, trial_ids
+    assert set(trial_ids.values()) == {1}, trial_ids
+    for child in children:
+        assert child.info.status == "FINISHED", child.data.tags.get("raysearch.error")
+        assert child.data.tags["raysearch.outcome"] == "complete"
+        assert child.data.tags["raysearch.recorded"] == "true"
+        tid = child.data.tags["raysearch.trial_id"]
+        for key in ("val_accuracy", "val_ece", "train_loss"):
+            history = client.get_metric_history(child.info.run_id, key)
+            assert sorted(m.step for m in history) == list(range(1, epochs + 1)), (tid, key)
+            assert {m.step: m.value for m in history} == \
+                _tune_firsts(tmp_path / "ray" / name, tid, key), (tid, key)
+        assert "test_ece" in child.data.metrics
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"trials.parquet", "pareto.png", "best_config.yaml"} <= artifacts
+    table = client.download_artifacts(parent.info.run_id, "trials.parquet", str(tmp_path))
+    assert sorted(pd.read_parquet(table)["trial_id"]) == sorted(trial_ids)
+    return parent.info.run_id
+
+
+def _sync_changes_nothing(common: list[str], name: str) -> None:
+    again = subprocess.run([*RAYSEARCH, "sync", name, *common[:2]], capture_output=True,
+                           text=True, timeout=120)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert f"sync {name}: MLflow already held every record" in again.stdout, again.stdout
+
+
+@pytest.mark.slow
+def test_an_mlflow_outage_across_the_sweeps_end_is_repaired_by_sync(one_node, tmp_path):
+    from clusters import free_port, start_mlflow_server, stop_process
+
+    root, port = tmp_path / "server", free_port()
+    root.mkdir()
+    server = start_mlflow_server(root, port)
+    # the client's own retries shortened from ~4 minutes to ~1 second: the outage outlasts them
+    retries = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+               "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
+    try:
+        uri, common, proc = _start_sweep(one_node, tmp_path, "outage", trials=3, epochs=12,
+                                         uri=f"http://127.0.0.1:{port}", env=retries)
+
+        def training(client, children):
+            return any(max(_steps(client, c.info.run_id), default=0) >= 2 for c in children)
+
+        _poll(uri, proc, training)
+        stop_process(server, kill=True)  # down until after the sweep ended
+        assert proc.wait(timeout=400) == 2, (tmp_path / "first.log").read_text()[-3000:]
+        out = (tmp_path / "first.log").read_text()
+        assert "`raysearch sync outage` writes them to MLflow once it answers" in out, out
+        assert "Traceback" not in out
+
+        server = start_mlflow_server(root, port)  # back, on the same store
+        synced = subprocess.run([*RAYSEARCH, "sync", "outage", *common[:2]],
+                                capture_output=True, text=True, timeout=300, env={
+                                    **os.environ, **retries})
+        assert synced.returncode == 0, synced.stdout[-3000:] + synced.stderr[-3000:]
+        # the third trial started during the outage: its run is made now, every epoch with it
+        assert "sync outage: 1 runs created" in synced.stdout, synced.stdout
+        _assert_whole(uri, tmp_path, "outage", trials=3, epochs=12)
+        _sync_changes_nothing(common, "outage")
+    finally:
+        stop_process(server)
+
+
+@pytest.mark.slow
+def test_resume_after_the_driver_was_killed_before_any_trial_finished(one_node, tmp_path):
+    uri, common, proc = _start_sweep(one_node, tmp_path, "early", trials=3, epochs=15)
+
+    def mid_training(client, children):
+        if any(c.info.status != "RUNNING" for c in children):
+            raise AssertionError("a trial finished before the kill")
+        return any(max(_steps(client, c.info.run_id), default=0) >= 2 for c in children)
+
+    _poll(uri, proc, mid_training)
+    os.kill(proc.pid, signal.SIGKILL)  # in the middle of an epoch of every running trial
+    proc.wait()
+    resumed = subprocess.run([*RAYSEARCH, "sweep", "--resume", "early", *common],
+                             capture_output=True, text=True, timeout=400)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "3/3 trials complete" in resumed.stdout, resumed.stdout
+    _assert_whole(uri, tmp_path, "early", trials=3, epochs=15)
+    _sync_changes_nothing(common, "early")
+
+
+@pytest.mark.slow
+def test_resume_after_the_driver_was_killed_during_the_selection(one_node, tmp_path):
+    uri, common, proc = _start_sweep(one_node, tmp_path, "selecting", trials=2, epochs=4,
+                                     env={"RAYSEARCH_FAULT_AT": "selection"})
+    assert proc.wait(timeout=300) == -signal.SIGKILL, (tmp_path / "first.log").read_text()
+    client, parents, children = _runs(uri)
+    assert parents[0].info.status == "RUNNING"  # killed after the table, before the rest
+    artifacts = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
+    assert "trials.parquet" in artifacts
+    assert "pareto.png" not in artifacts
+    resumed = subprocess.run([*RAYSEARCH, "sweep", "--resume", "selecting", *common],
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "2/2 trials complete" in resumed.stdout, resumed.stdout
+    _assert_whole(uri, tmp_path, "selecting", trials=2, epochs=4)
+    _sync_changes_nothing(common, "selecting")

@@ -429,6 +429,31 @@ def compare(name: str, by: str, baseline: str, tolerance: float | None,
 
 @main.command()
 @click.argument("name")
+@click.option("--storage-path", default=None, metavar="PATH|URI",
+              help="Where the sweep's Tune storage is now [default: the path it was started "
+                   "with].")
+@tracking_options
+@friendly_errors
+def sync(name: str, storage_path: str | None, tracking_uri: str | None,
+         experiment: str) -> None:
+    """Write to MLflow what sweep NAME's runs lack of Ray Tune's records of its trials.
+
+    After the tracking server was away for longer than its client's retries, or a driver was
+    killed with writes still queued: every trial gets its child run, each epoch's metrics once,
+    its params, outcome, artifacts and status; the parent its selection, Pareto plot and trials
+    table. Running it again writes nothing.
+    """
+    from raysearch.tracking.reports import quiet_mlflow
+    from raysearch.tune.engine import sync_sweep
+
+    quiet_mlflow()
+    done = sync_sweep(name, tracking_uri=tracking_uri, experiment=experiment,
+                      storage_path=storage_path, progress=_echo)
+    click.echo(f"sync {name}: {done.summary()}")
+
+
+@main.command()
+@click.argument("name")
 @click.option("-o", "--output", default="best.yaml", show_default=True,
               type=click.Path(dir_okay=False), help="Where to write the config.")
 @click.option("--tolerance", default=None, type=float,

@@ -15,6 +15,8 @@ included):
 - :mod:`raysearch.tracking.sweeps`: a sweep read back (its runs, trials table, configuration
   summaries, the selection on the table, a trial's stored outputs);
 - :mod:`raysearch.tracking.export`: :func:`finalize_sweep` and the exported best config;
+- :mod:`raysearch.tracking.reconcile`: a trial's child run reconciled with Ray Tune's records
+  of it (what ``raysearch sync`` writes);
 - :mod:`raysearch.tracking.callback`: :class:`MlflowSweepCallback` and :class:`SweepCallback`;
 - :mod:`raysearch.tracking.train`: :func:`train_and_log` and :func:`log_calibration_run`.
 
@@ -39,7 +41,7 @@ _FROM: dict[str, tuple[str, ...]] = {
         '_BOOKS', '_BOOKS_LOCK', '_SweepBook', '_book_for',
     ),
     'raysearch.tracking.callback': (
-        'MlflowSweepCallback', 'SweepCallback', '_jsonable', '_last_step', '_short',
+        'MlflowSweepCallback', 'SweepCallback', '_jsonable', 'describe', '_last_step', '_short',
         '_short_name', '_trial_error',
     ),
     'raysearch.tracking.client': (
@@ -49,16 +51,21 @@ _FROM: dict[str, tuple[str, ...]] = {
         'log_reliability', 'run_params',
     ),
     'raysearch.tracking.export': (
-        '_config_names', '_ended_after', '_package_version', '_plugin_packages',
-        'best_config_document', 'check_export_versions', 'finalize_sweep', 'requirements',
+        'FAULT_ENV', '_config_names', '_ended_after', '_package_version', '_plugin_packages',
+        'best_config_document', 'check_export_versions', 'fault_point', 'finalize_sweep',
+        'requirements',
     ),
     'raysearch.tracking.runs': (
         'COMPLETE_TAG', 'CONFIGURATION_TAG', 'CONFIG_TAG', 'DEFAULT_EXPERIMENT',
-        'ERROR_TAG', 'EXPERIMENT_KIND', 'EXPERIMENT_KIND_TAG', 'METRIC_PREFIXES',
+        'DRIVER_TAG', 'ERROR_TAG', 'EXPERIMENT_KIND', 'EXPERIMENT_KIND_TAG', 'METRIC_PREFIXES',
         'NODE_KEY', 'NODE_TAG', 'OUTCOME_TAG', 'PARENT_TAG', 'REPEATS_TAG', 'RESUMED_TAG',
-        'RETRIES_TAG', 'SEALED_OUTCOMES', 'SEEDS_TAG', 'SWEEP_TAG', 'TRIAL_TAG',
+        'RECORDED_TAG', 'RETRIES_TAG', 'SEALED_OUTCOMES', 'SEEDS_TAG', 'SWEEP_TAG', 'TRIAL_TAG',
         'check_tracking_uri', 'default_tracking_uri', 'find_sweep', 'list_sweeps',
         'resolve_tracking_uri',
+    ),
+    'raysearch.tracking.reconcile': (
+        'STORE_ERRORS', 'Reconciled', 'SweepRuns', 'TrialRecords', 'error_line',
+        'reconcile_trial',
     ),
     'raysearch.tracking.sweeps': (
         '_SPOILING_OUTCOMES', '_coerce', 'annotate_selection', 'child_runs', 'load_sweep',

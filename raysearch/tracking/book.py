@@ -5,7 +5,14 @@ a sweep's child runs (trial id -> run id, epochs logged, retries, adopted and or
 runs the MLflow writes in order on one background thread; :func:`_book_for` gives every copy of a
 sweep's callback in a process the same book (``_BOOKS``, keyed by the parent run id).
 
-It imports no module of the package; :mod:`raysearch.tracking.callback` imports it.
+**A store that went away.** A write that fails after the MLflow client's own retries marks the
+book *down* and its trial *unrecorded* (:attr:`_SweepBook.unrecorded`); while down, each queued
+write first asks the store whether it answers (one quick request, no retries) and is dropped if
+not, so a long outage costs the sweep no more than one client's retries, and the end of the
+sweep does not wait for them again. Tune's own records hold everything dropped: ``raysearch
+sync`` (run at the end of the sweep and by ``--resume``) writes it once the store answers.
+
+It imports :mod:`raysearch.tracking.runs` only; :mod:`raysearch.tracking.callback` imports it.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ import threading
 from collections.abc import Callable
 
 from mlflow.tracking import MlflowClient
+
+from raysearch.tracking.runs import check_tracking_uri
 
 logger = logging.getLogger("raysearch.tracking")
 
@@ -51,24 +60,51 @@ class _SweepBook:
         self.trial_gid: dict[str, str] = {}  # a seed's trial id -> its configuration id
         self.finished = 0
         self.adopted = False
+        self.unrecorded: set[str] = set()  # trial ids with a write that failed or was dropped
+        self.failed_writes = 0
+        self.down = False  # the last write failed: probe the store before the next one
         self.queue: queue.Queue = queue.Queue()
         self.writer = threading.Thread(target=self._drain, name="raysearch-mlflow", daemon=True)
         self.writer.start()
 
     def _drain(self) -> None:
         while True:
-            job = self.queue.get()
+            item = self.queue.get()
             try:
-                if job is None:
+                if item is None:
                     return
+                job, tid = item
+                if self.down and not self.answers():
+                    self._lost(tid)  # dropped: Tune's records keep it for `raysearch sync`
+                    continue
                 job()
+                self.down = False
             except Exception as exc:  # a failed write must not stop the sweep or later writes
-                logger.warning("MLflow write failed: %s", exc)
+                if not self.down:
+                    logger.warning("MLflow write failed (`raysearch sync` writes what is "
+                                   "missing once the store answers): %s",
+                                   " ".join(str(exc).split())[:300])
+                self.down = True
+                self._lost(tid)
             finally:
                 self.queue.task_done()
 
-    def submit(self, job: Callable[[], None]) -> None:
-        self.queue.put(job)
+    def _lost(self, tid: str | None) -> None:
+        self.failed_writes += 1
+        if tid is not None:
+            self.unrecorded.add(tid)
+
+    def answers(self) -> bool:
+        """True when the tracking store answers one quick request now (no client retries)."""
+        try:
+            check_tracking_uri(self.client.tracking_uri, timeout=2.0)
+        except ValueError:
+            return False
+        return True
+
+    def submit(self, job: Callable[[], None], tid: str | None = None) -> None:
+        """Queue `job` (an MLflow write of trial `tid`, or of the sweep when None)."""
+        self.queue.put((job, tid))
 
     def flush(self) -> None:
         """Wait until every queued write is done."""

@@ -37,6 +37,7 @@ from raysearch.tracking.client import (
     run_params,
 )
 from raysearch.tracking.export import finalize_sweep
+from raysearch.tracking.reconcile import error_line
 from raysearch.tracking.runs import (
     COMPLETE_TAG,
     CONFIG_TAG,
@@ -47,6 +48,7 @@ from raysearch.tracking.runs import (
     NODE_TAG,
     OUTCOME_TAG,
     PARENT_TAG,
+    RECORDED_TAG,
     REPEATS_TAG,
     RESUMED_TAG,
     RETRIES_TAG,
@@ -74,6 +76,21 @@ def _last_step(client: MlflowClient, run_id: str) -> int:
     """Last epoch logged to `run_id` (0 when none)."""
     steps = [m.step for m in client.get_metric_history(run_id, "val_accuracy")]
     return max(steps, default=0)
+
+
+def describe(space: Any, overrides: dict[str, Any],
+             config: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
+    """(config JSON, MLflow params, short method name) of a sweep's trial config.
+
+    The config is resolved through the sweep's `space` with its `overrides` into a
+    :class:`RunConfig`; a config the space cannot resolve (the trial will fail too) gets an
+    ``error`` param.
+    """
+    try:
+        cfg = space.resolve(config, **overrides)
+    except ValueError as exc:
+        return "{}", {"error": str(exc)[:400]}, "?"
+    return json.dumps(cfg.to_dict()), run_params(cfg), _short_name(cfg.loss.name)
 
 
 class MlflowSweepCallback(tune.Callback):
@@ -175,8 +192,8 @@ class MlflowSweepCallback(tune.Callback):
         """Trials that ended so far (including those recorded before a resume)."""
         return self.book.finished
 
-    def _submit(self, job: Callable[[], None]) -> None:
-        self.book.submit(job)
+    def _submit(self, job: Callable[[], None], tid: str | None = None) -> None:
+        self.book.submit(job, tid)
 
     def close(self) -> None:
         """Wait until every queued MLflow write is done, then stop the writer thread."""
@@ -255,7 +272,7 @@ class MlflowSweepCallback(tune.Callback):
         if tid in book.started:
             if tid in book.reopen:
                 book.reopen.discard(tid)
-                self._submit(lambda: self._reopen(tid))
+                self._submit(lambda: self._reopen(tid), tid)
             return
         book.started[tid] = time.monotonic()
         cfg_json, params, method = self.describe(trial.config)
@@ -283,7 +300,7 @@ class MlflowSweepCallback(tune.Callback):
                     self.client.set_tag(config_run, CONFIGURATION_TAG, gid)
                 self._reopen(tid)
 
-            self._submit(claim)
+            self._submit(claim, tid)
             return
         if gid is not None:
             self._start_seed(trial, tid, gid, cfg_json, params, method)
@@ -301,7 +318,7 @@ class MlflowSweepCallback(tune.Callback):
             if self.dataset:
                 log_dataset(self.client, run.info.run_id, self.dataset)
 
-        self._submit(create)
+        self._submit(create, tid)
 
     def _start_seed(self, trial: Any, tid: str, gid: str, cfg_json: str,
                     params: dict[str, Any], method: str) -> None:
@@ -341,7 +358,7 @@ class MlflowSweepCallback(tune.Callback):
             if self.dataset:
                 log_dataset(self.client, run.info.run_id, self.dataset)
 
-        self._submit(create)
+        self._submit(create, tid)
 
     def _seed_ended(self, tid: str) -> None:
         """Writer thread, after a seed run ended: summarise its configuration once all did."""
@@ -357,16 +374,8 @@ class MlflowSweepCallback(tune.Callback):
                 self.progress(line)
 
     def describe(self, config: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
-        """(config JSON, MLflow params, short method name) of a trial config.
-
-        The config is resolved through the sweep's space into a :class:`RunConfig`; a config
-        the space cannot resolve (the trial will fail too) gets an ``error`` param.
-        """
-        try:
-            cfg = self.space.resolve(config, **self.overrides)
-        except ValueError as exc:
-            return "{}", {"error": str(exc)[:400]}, "?"
-        return json.dumps(cfg.to_dict()), run_params(cfg), _short_name(cfg.loss.name)
+        """(config JSON, MLflow params, short method name) of a trial config (:func:`describe`)."""
+        return describe(self.space, self.overrides, config)
 
     def headline(self, config: dict[str, Any]) -> str:
         """The method and hyperparameters of a trial, for its progress line."""
@@ -388,9 +397,13 @@ class MlflowSweepCallback(tune.Callback):
     def _reopen(self, tid: str) -> None:
         run_id = self.book.children[tid]
         self.client.update_run(run_id, status="RUNNING")
-        for tag in (ERROR_TAG, OUTCOME_TAG, COMPLETE_TAG):
+        for tag in (ERROR_TAG, OUTCOME_TAG, COMPLETE_TAG, RECORDED_TAG):
             with contextlib.suppress(Exception):  # (absent tags)
                 self.client.delete_tag(run_id, tag)
+
+    def _recorded(self, tid: str) -> dict[str, str]:
+        """Writer thread, as a run ends: its recorded tag, unless one of its writes was lost."""
+        return {} if tid in self.book.unrecorded else {RECORDED_TAG: "true"}
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:  # noqa: D102
         self._start(trial)
@@ -412,7 +425,7 @@ class MlflowSweepCallback(tune.Callback):
                 book.steps[tid] = step
                 epochs.append((step, metrics))
         if epochs or tags:
-            self._submit(lambda: log_epochs(self.client, book.children[tid], epochs, tags))
+            self._submit(lambda: log_epochs(self.client, book.children[tid], epochs, tags), tid)
         if epochs:
             self._epoch_line(trial, *epochs[-1])
 
@@ -452,7 +465,7 @@ class MlflowSweepCallback(tune.Callback):
         book.retries[tid] = book.retries.get(tid, 0) + 1
         count = book.retries[tid]
         message = _trial_error(trial)
-        self._submit(lambda: self._tag_retry(tid, count, message))
+        self._submit(lambda: self._tag_retry(tid, count, message), tid)
         if self.progress is not None:
             self.progress(f"  {tid} failed ({message.splitlines()[-1][:160]}); retrying from its "
                           f"last checkpoint (retry {count} of {self.max_failures})")
@@ -472,7 +485,7 @@ class MlflowSweepCallback(tune.Callback):
             return
         tags = self._tag_changes(tid, result)
         if tags:
-            self._submit(lambda: log_epochs(self.client, book.children[tid], [], tags))
+            self._submit(lambda: log_epochs(self.client, book.children[tid], [], tags), tid)
         if result.get(DIVERGED):
             self._fail(trial, str(result[DIVERGED]), result, outcome="diverged")
             return
@@ -483,7 +496,7 @@ class MlflowSweepCallback(tune.Callback):
             run_id = book.children[tid]
             log_epochs(self.client, run_id, [], {
                 COMPLETE_TAG: str(complete).lower(),
-                OUTCOME_TAG: "complete" if complete else "stopped_early"})
+                OUTCOME_TAG: "complete" if complete else "stopped_early", **self._recorded(tid)})
             drawn = False  # the trial draws its reliability diagram into its last checkpoint
             if checkpoint is not None:
                 try:
@@ -504,7 +517,7 @@ class MlflowSweepCallback(tune.Callback):
             if tid in book.trial_gid:
                 self._seed_ended(tid)
 
-        self._submit(finish)
+        self._submit(finish, tid)
         self._report(trial, result, "done" if complete else "stopped early")
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any,  # noqa: D102
@@ -522,12 +535,12 @@ class MlflowSweepCallback(tune.Callback):
         def fail() -> None:
             run_id = book.children[tid]
             log_epochs(self.client, run_id, [], {COMPLETE_TAG: "false", OUTCOME_TAG: outcome,
-                                                 ERROR_TAG: message[:4000]})
+                                                 ERROR_TAG: message[:4000], **self._recorded(tid)})
             self.client.set_terminated(run_id, "FAILED")
             if tid in book.trial_gid:
                 self._seed_ended(tid)
 
-        self._submit(fail)
+        self._submit(fail, tid)
         self._report(trial, result, f"FAILED: {message.splitlines()[-1][:160]}")
 
     def _report(self, trial: Any, result: dict, outcome: str) -> None:
@@ -572,10 +585,7 @@ def _short(value: Any) -> str:
 def _trial_error(trial: Any) -> str:
     path = getattr(trial, "error_file", None)
     if path and Path(path).is_file():
-        text = Path(path).read_text().strip()
-        lines = [ln for ln in text.splitlines() if ln.strip()]
-        errors = [ln for ln in lines if "Error" in ln or "Exception" in ln]
-        return (errors[-1] if errors else lines[-1]).strip() if lines else "unknown error"
+        return error_line(Path(path).read_text())
     return str(getattr(trial, "error_msg", None) or "unknown error")
 
 

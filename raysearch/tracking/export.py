@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import signal
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -44,6 +46,18 @@ from raysearch.tracking.sweeps import (
 from raysearch.training import plots
 
 logger = logging.getLogger("raysearch.tracking")
+
+
+#: Environment variable of a fault drill: ``selection`` SIGKILLs the driver in the middle of
+#: :func:`finalize_sweep` (after the trials table, before the plot, the exported config and the
+#: parent's status), as a lost SSH session or the OOM killer would; ``--resume`` repairs it.
+FAULT_ENV = "RAYSEARCH_FAULT_AT"
+
+
+def fault_point(name: str) -> None:
+    """SIGKILL this process when the fault drill :data:`FAULT_ENV` names `name`."""
+    if os.environ.get(FAULT_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def finalize_sweep(client: MlflowClient, parent_run_id: str, *, tolerance: float,
@@ -91,6 +105,7 @@ def finalize_sweep(client: MlflowClient, parent_run_id: str, *, tolerance: float
     with tempfile.TemporaryDirectory() as d:
         write_parquet(frame, Path(d) / "trials.parquet")
         client.log_artifact(parent_run_id, str(Path(d) / "trials.parquet"))
+        fault_point("selection")
         if repeated:
             seeds = seed_trials(client, parent)
             if not seeds.empty:

@@ -36,6 +36,13 @@ RETRIES_TAG = "raysearch.retries"
 #: Child-run tag: the checkpoint epoch the trial's last attempt resumed from.
 RESUMED_TAG = "raysearch.resumed_from_epoch"
 ERROR_TAG = "raysearch.error"
+#: Child-run tag ``true``: every record of the ended trial reached the run (set by the live
+#: writer when none of the trial's writes failed, and by ``raysearch sync`` after it filled the
+#: run in); ``sync`` leaves such runs unread.
+RECORDED_TAG = "raysearch.recorded"
+#: Parent-run tag: ``<host>:<pid>`` of the driver process running the sweep (``sync`` will not
+#: write beside a live driver of this host).
+DRIVER_TAG = "raysearch.driver"
 #: Tag of a repeated sweep's configuration run (``--repeats``) and of its seed runs: the
 #: configuration id (its seeds' runs are nested under the configuration run).
 CONFIGURATION_TAG = "raysearch.configuration"

@@ -25,22 +25,25 @@ import optuna
 import pandas as pd
 import ray
 from ray import tune
+from ray.tune.logger import JsonLoggerCallback
 from ray.tune.schedulers import ASHAScheduler
 from ray.tune.search.optuna import OptunaSearch
 
 from raysearch import tracking
 from raysearch.config import _absolute
 from raysearch.tracking import ui
+from raysearch.tracking.reconcile import STORE_ERRORS
 from raysearch.tune.prepare import Prepared, build_shift, prepare_data
 from raysearch.tune.searchers import RepeatedSearcher
 from raysearch.tune.settings import OBJECTIVES, RAY_JOB_ENV, SAMPLERS, SCHEDULERS, SweepSettings
 from raysearch.tune.spaces import SearchSpace, load_space
 from raysearch.tune.storage import check_storage, resolve_storage
+from raysearch.tune.sync import reconcile_sweep
 from raysearch.tune.trainable import COMPLETED, DIVERGED, run_trial, trial_env, trial_resources
 
 __all__ = ["OBJECTIVES", "SAMPLERS", "SCHEDULERS", "CompletedOnlyOptunaSearch", "SweepResult",
-           "SweepSettings", "build_tuner", "init_ray", "make_sampler", "prepare_data",
-           "resume_sweep", "run_sweep"]
+           "SweepSettings", "TrackingUnavailableError", "build_tuner", "init_ray",
+           "make_sampler", "prepare_data", "resume_sweep", "run_sweep", "sync_sweep"]
 
 logger = logging.getLogger(__name__)
 
@@ -341,7 +344,8 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
     init_ray(settings.address, prepared.modules)
     check_gpus(settings)
     parent = client.create_run(experiment_id, run_name=name,
-                               tags={tracking.SWEEP_TAG: name, "raysearch.space": space.name})
+                               tags={tracking.SWEEP_TAG: name, "raysearch.space": space.name,
+                                     tracking.DRIVER_TAG: _driver()})
     parent_id = parent.info.run_id
     max_failures = settings.resolved_max_failures()
     tracking.log_params(client, parent_id, {
@@ -449,6 +453,12 @@ def resume_sweep(name: str, *, tracking_uri: str | None = None,
     client.update_run(parent_id, status="RUNNING")
     resumes = int(parent.data.tags.get("raysearch.resumes", 0)) + 1
     client.set_tag(parent_id, "raysearch.resumes", str(resumes))
+    client.set_tag(parent_id, tracking.DRIVER_TAG, _driver())
+    # what the killed driver never wrote to MLflow, from Tune's records, before the trials go on
+    done = reconcile_sweep(client, parent, path, describe=_describer(space, settings),
+                           repeats=settings.repeats, progress=say)
+    if done.changed:
+        say(f"sweep {name}: MLflow caught up with Tune's records ({done.summary()})")
     count = (f"{settings.num_samples} trials" if settings.repeats == 1 else
              f"{settings.num_samples} configurations x {settings.repeats} seeds")
     say(f"resuming sweep {name} from {path} ({count} of space "
@@ -567,10 +577,8 @@ def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
     finally:
         if callback is not None:
             callback.close()  # flush the queued MLflow writes before selecting
-        frame = tracking.finalize_sweep(client, parent_id, tolerance=settings.tolerance,
-                                        ece_key=settings.ece_key, status=status,
-                                        selection=settings.selection,
-                                        accuracy_key=settings.accuracy_key)
+        frame = _record_end(client, uri, parent_id, name, f"{storage.rstrip('/')}/{name}",
+                            space, settings, status, say)
     selected = None
     if not frame.empty and frame["selected"].any():
         selected = frame[frame["selected"]].iloc[0]
@@ -583,6 +591,135 @@ def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
                        interrupted=status == "KILLED",
                        mlflow_link=ui.run_link(ui.ui_base_url(uri), experiment_id, parent_id),
                        mlflow_hint=_ui_hint(uri))
+
+
+class TrackingUnavailableError(ValueError):
+    """The tracking store stopped answering: the sweep's records wait in Tune's storage.
+
+    Raised at the end of a sweep whose MLflow server went away (for longer than its client's
+    retries) and had not come back when the trials ended; nothing is lost: ``raysearch sync
+    NAME`` (:func:`sync_sweep`) writes the missing records once the store answers.
+    """
+
+
+def _driver() -> str:
+    """``<host>:<pid>`` of this driver process (the parent run's ``raysearch.driver`` tag)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _describer(space: SearchSpace, settings: SweepSettings) -> Callable:
+    """``config -> (config JSON, params, method)`` of the sweep's trials, as its runs have them."""
+    overrides = settings.overrides()
+    return lambda config: tracking.describe(space, overrides, config)
+
+
+def _record_end(client: Any, uri: str, parent_id: str, name: str, path: str,
+                space: SearchSpace, settings: SweepSettings, status: str,
+                say: Callable[[str], None]) -> pd.DataFrame:
+    """The sweep's last MLflow writes: what Tune recorded and MLflow lacks, then the selection.
+
+    Raises:
+        TrackingUnavailableError: when the store does not answer (in one line, with the
+            ``raysearch sync`` command that writes the records later).
+    """
+    later = (f"the trials' records are kept in Tune's storage at {path}: `raysearch sync "
+             f"{name}` writes them to MLflow once it answers")
+    try:
+        tracking.check_tracking_uri(uri, timeout=5.0)
+    except ValueError as exc:
+        raise TrackingUnavailableError(f"the sweep's trials ended but {exc}; {later}") from None
+    try:
+        parent = client.get_run(parent_id)
+        done = reconcile_sweep(client, parent, path, describe=_describer(space, settings),
+                               repeats=settings.repeats)
+        if done.changed:
+            say(f"sweep {name}: MLflow caught up with Tune's records ({done.summary()})")
+        return tracking.finalize_sweep(client, parent_id, tolerance=settings.tolerance,
+                                       ece_key=settings.ece_key, status=status,
+                                       selection=settings.selection,
+                                       accuracy_key=settings.accuracy_key)
+    except STORE_ERRORS as exc:
+        raise TrackingUnavailableError(f"MLflow {uri} failed at the end of the sweep "
+                                       f"({' '.join(str(exc).split())[:200]}); {later}") from None
+
+
+def sync_sweep(name: str, *, tracking_uri: str | None = None,
+               experiment: str = tracking.DEFAULT_EXPERIMENT, storage_path: str | None = None,
+               progress: Callable[[str], None] | None = None) -> Any:
+    """Write what sweep `name`'s MLflow runs lack of Tune's records (``raysearch sync NAME``).
+
+    Every trial Tune recorded gets its child run (made if missing), each epoch's metrics once
+    (by step), its params, node, checkpoint and retry tags, its outcome, the artifacts of its
+    last checkpoint and its status; then, if anything was written or the parent lacks its
+    trials table, the parent gets the selection, ``pareto.png``, ``trials.parquet`` and
+    ``best_config.yaml``, and ends FINISHED when every trial ended. Running it twice writes
+    nothing the second time. Runs of trials that ended with every record written (tag
+    ``raysearch.recorded``) are not read again.
+
+    A sweep whose driver is alive on this machine is refused; one whose parent run is still
+    RUNNING (a killed driver, or one on another machine) gets the records of its ended trials
+    only: ``raysearch sweep --resume NAME`` continues the others (and syncs them first).
+
+    Args:
+        name: the sweep's name.
+        tracking_uri: its store (default as for a sweep).
+        experiment: its MLflow experiment.
+        storage_path: where its Tune storage is now (default: the path it was started with;
+            as for :func:`resume_sweep`).
+        progress: called with a few readable lines.
+
+    Returns:
+        What was written (:class:`~raysearch.tracking.reconcile.Reconciled`).
+
+    Raises:
+        ValueError: if the store does not answer, the sweep is unknown, has no record, its
+            storage is missing, or its driver is still running on this machine.
+    """
+    say = progress or (lambda line: logger.info("%s", line))
+    client, uri = tracking.get_client(tracking_uri)
+    tracking.check_tracking_uri(uri)
+    parent = tracking.find_sweep(client, name, experiment)
+    record = _load_record(client, parent.info.run_id, name)
+    settings = SweepSettings.from_record(record["settings"])
+    space = SearchSpace.from_dict(record["space"])
+    storage = _resume_storage(record, name, storage_path)
+    path = f"{storage.rstrip('/')}/{name}"
+    running = parent.info.status == "RUNNING"
+    if running and _driver_alive(parent.data.tags.get(tracking.DRIVER_TAG, "")):
+        raise ValueError(f"sweep '{name}' is still running (driver "
+                         f"{parent.data.tags[tracking.DRIVER_TAG]}); sync it once it ended")
+    done = reconcile_sweep(client, parent, path, describe=_describer(space, settings),
+                           repeats=settings.repeats, write_unfinished=not running,
+                           progress=say)
+    names = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    if done.changed or "trials.parquet" not in names or (running and not done.unfinished):
+        status = "FINISHED" if not done.unfinished else (
+            "KILLED" if running else parent.info.status)
+        frame = tracking.finalize_sweep(client, parent.info.run_id,
+                                        tolerance=settings.tolerance, ece_key=settings.ece_key,
+                                        status=status, selection=settings.selection,
+                                        accuracy_key=settings.accuracy_key)
+        done.runs_ended += int(status != parent.info.status)
+        say(f"sweep {name}: selection, Pareto plot and trials table written "
+            f"({int(frame['complete'].sum()) if not frame.empty else 0} complete trials)")
+    if done.unfinished:
+        say(f"sweep {name}: {len(done.unfinished)} trials unfinished in Tune's records; "
+            f"`raysearch sweep --resume {name}` continues them")
+    return done
+
+
+def _driver_alive(tag: str) -> bool:
+    """True when `tag` (``<host>:<pid>``) names a live process of this machine other than us."""
+    host, _, pid = tag.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 def _ui_hint(uri: str) -> str:
@@ -655,8 +792,10 @@ def build_tuner(trainable: Any, *, search_alg: Any, num_samples: int, name: str,
     Training sweeps (:func:`run_sweep`) and post-hoc sweeps
     (:func:`raysearch.tune.posthoc_sweep.run_posthoc_sweep`) both run through it. Every sweep
     reuses actors (``reuse_actors=True``: ~0.4 s per trial here instead of ~6 s), keeps Tune's
-    console output off (``verbose=0``; raysearch prints its own progress lines) and lets the
-    other trials go on when one fails (``fail_fast=False``). Metric and mode are the search
+    console output off (``verbose=0``; raysearch prints its own progress lines), lets the
+    other trials go on when one fails (``fail_fast=False``) and writes every trial's reports to
+    its ``result.json`` (Tune's ``JsonLoggerCallback``, the only one of Tune's loggers it runs:
+    the records :mod:`raysearch.tune.sync` reconciles MLflow with). Metric and mode are the search
     algorithm's and the scheduler's own, never ``TuneConfig``'s (a multi-objective list there
     raises).
 
@@ -681,7 +820,9 @@ def build_tuner(trainable: Any, *, search_alg: Any, num_samples: int, name: str,
                                     num_samples=num_samples, reuse_actors=True,
                                     max_concurrent_trials=max_concurrent),
         run_config=tune.RunConfig(
-            name=name, storage_path=storage_path, verbose=0, callbacks=callbacks,
+            name=name, storage_path=storage_path, verbose=0,
+            # each trial's reports in its result.json: the records `raysearch sync` reads
+            callbacks=[JsonLoggerCallback(), *(callbacks or [])],
             checkpoint_config=tune.CheckpointConfig(num_to_keep=keep_checkpoints),
             failure_config=tune.FailureConfig(max_failures=max_failures, fail_fast=False)),
     )

@@ -1,0 +1,131 @@
+"""Read a sweep's trials from Ray Tune's storage and reconcile its MLflow runs with them.
+
+Tune keeps every trial's reports on disk (``result.json`` in the trial's folder, one JSON line
+per report), its status and error in the experiment snapshot, and its checkpoints; those
+records outlive an MLflow server that was away, or a driver killed with writes still queued.
+:func:`read_trials` reads them (local or S3 storage, through the storage's pyarrow file system)
+into :class:`~raysearch.tracking.reconcile.TrialRecords`, and :func:`reconcile_sweep` writes
+what the sweep's MLflow runs lack (:func:`~raysearch.tracking.reconcile.reconcile_trial`), then
+the parent's selection, Pareto plot and trials table when anything changed.
+
+It is run at the end of every sweep, by ``raysearch sweep --resume`` before the trials go on,
+and by ``raysearch sync NAME`` (:func:`raysearch.tune.engine.sync_sweep`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import PurePosixPath
+from typing import Any
+
+from raysearch import tracking
+from raysearch.tracking.reconcile import (
+    Reconciled,
+    SweepRuns,
+    TrialRecords,
+    error_line,
+    reconcile_trial,
+)
+
+logger = logging.getLogger(__name__)
+
+RESULT_FILE = "result.json"  # Tune's record of a trial's reports (one JSON object per line)
+
+
+def read_trials(path: str) -> list[TrialRecords]:
+    """Every trial of the Tune experiment at `path`, with its reports, status and error.
+
+    Args:
+        path: the sweep's experiment folder (``<storage path>/<sweep name>``; a local path or
+            a URI such as ``s3://bucket/prefix/name``).
+
+    Returns:
+        One :class:`TrialRecords` per trial of Tune's last experiment snapshot, in Tune's
+        order. A torn last line of a ``result.json`` (a report cut off by a kill) is skipped.
+
+    Raises:
+        ValueError: if `path` holds no Tune experiment snapshot.
+    """
+    from ray.tune import ExperimentAnalysis
+
+    try:
+        analysis = ExperimentAnalysis(path)
+    except Exception as exc:  # noqa: BLE001 (missing or unreadable experiment state)
+        raise ValueError(f"no Tune experiment state under {path}: "
+                         f"{' '.join(str(exc).split())[:200]}") from None
+    out = []
+    for index, trial in enumerate(analysis.trials):
+        fs, folder = trial.storage.storage_filesystem, trial.storage.trial_fs_path
+        results = _read_results(fs, f"{folder}/{RESULT_FILE}")
+        error = ""
+        if trial.status == "ERROR" and trial.run_metadata.error_filename:
+            error = error_line(_read_text(fs, f"{folder}/{trial.run_metadata.error_filename}")
+                               or str(trial.run_metadata.error_filename))
+        failures = int(getattr(trial, "num_failures", 0) or 0)
+        retries = max(failures - (trial.status == "ERROR"), 0)
+        checkpoint = trial.checkpoint
+        out.append(TrialRecords(
+            trial_id=trial.trial_id, index=index, config=dict(trial.config),
+            status=trial.status, results=results, error=error, retries=retries,
+            checkpoint=checkpoint.as_directory if checkpoint is not None else None))
+    return out
+
+
+def _read_text(fs: Any, path: str) -> str:
+    try:
+        with fs.open_input_stream(path) as f:
+            return f.read().decode("utf-8", errors="replace")
+    except (FileNotFoundError, OSError):
+        return ""
+
+
+def _read_results(fs: Any, path: str) -> list[dict[str, Any]]:
+    results = []
+    for line in _read_text(fs, path).splitlines():
+        if not line.strip():
+            continue
+        try:
+            results.append(json.loads(line))
+        except json.JSONDecodeError:  # the last report, cut off by a kill
+            logger.warning("skipping a torn line of %s", path)
+    return results
+
+
+def reconcile_sweep(client: Any, parent: Any, path: str, *,
+                    describe: Callable[[dict[str, Any]], tuple[str, dict[str, Any], str]],
+                    repeats: int = 1, write_unfinished: bool = True,
+                    progress: Callable[[str], None] | None = None) -> Reconciled:
+    """Write what the sweep's child runs lack of Tune's records of its trials.
+
+    Args:
+        client: MLflow client of the sweep's store.
+        parent: the sweep's parent run (an ``mlflow.entities.Run``).
+        path: the sweep's experiment folder in Tune's storage.
+        describe: ``config -> (config JSON, params, short method name)`` (the sweep's
+            :meth:`~raysearch.tracking.MlflowSweepCallback.describe`).
+        repeats: seeds per configuration (``--repeats``).
+        write_unfinished: also fill in the epochs of trials Tune has not ended (False while
+            another driver may still be writing them).
+        progress: called with one line per 25 trials read and written (long sweeps).
+
+    Returns:
+        What was written (:class:`~raysearch.tracking.reconcile.Reconciled`).
+
+    Raises:
+        ValueError: if `path` holds no Tune experiment snapshot.
+        mlflow.exceptions.MlflowException: when the store stops answering (what was written
+            stays written; the next pass writes the rest).
+    """
+    trials = read_trials(path)
+    name = parent.data.tags.get(tracking.SWEEP_TAG, PurePosixPath(path).name)
+    runs = SweepRuns.index(client, parent.info.experiment_id, parent.info.run_id, name,
+                           tracking.sweep_runs(client, parent.info.experiment_id,
+                                               parent.info.run_id), repeats=repeats)
+    done = Reconciled()
+    for number, trial in enumerate(trials, 1):
+        done.add(reconcile_trial(runs, trial, describe, write_unfinished=write_unfinished))
+        if progress is not None and number % 25 == 0 and number < len(trials):
+            progress(f"  sync: {number}/{len(trials)} trials checked")
+    return done

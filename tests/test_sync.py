@@ -1,0 +1,134 @@
+"""``raysearch sync``: a sweep's MLflow runs reconciled with the trials' records Tune keeps.
+
+Real Ray (the session's local Ray), a real MLflow SQLite store, Tune's ``result.json`` files on
+disk. The drills where the records go missing for real (an MLflow server killed across the end
+of a sweep, drivers SIGKILLed) are in tests/test_faults.py (marked slow).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+from click.testing import CliRunner
+from clusters import stop_process
+from mlflow.tracking import MlflowClient
+
+from raysearch.cli.commands import main
+from raysearch.tracking.reconcile import TrialRecords
+from raysearch.tune.engine import SweepSettings, run_sweep
+
+
+def test_an_epoch_keeps_its_first_reported_value():
+    # attempt 1 reports epochs 1-2 in one report (epoch 1 in its history) and epoch 3; it dies,
+    # and its retry from the epoch-2 checkpoint reports epoch 3 again (another value) and 4
+    reports = [
+        {"epoch": 2, "val_ece": 0.20, "epoch_history": [{"epoch": 1, "val_ece": 0.30}]},
+        {"epoch": 3, "val_ece": 0.15, "node_id": "a", "resumed_from_epoch": None},
+        {"epoch": 3, "val_ece": 0.99, "node_id": "b", "resumed_from_epoch": 2},
+        {"epoch": 4, "val_ece": 0.10, "test_ece": 0.12, "completed": True, "done": True,
+         "pid": 7},
+    ]
+    trial = TrialRecords("t1", 0, {}, "TERMINATED", reports)
+    # by hand: 1 -> 0.30 (history), 2 -> 0.20, 3 -> 0.15 (first attempt wins), 4 -> 0.10; the
+    # test metric sits at the last epoch; pid/done/completed are no metrics
+    assert trial.epochs() == {1: {"val_ece": 0.30}, 2: {"val_ece": 0.20},
+                              3: {"val_ece": 0.15}, 4: {"val_ece": 0.10, "test_ece": 0.12}}
+    assert trial.last_tag_values() == {"raysearch.node_id": "b",
+                                       "raysearch.resumed_from_epoch": "2"}
+    assert trial.ended
+
+
+def _state(client: MlflowClient, experiment_id: str) -> dict:
+    """Every run of the experiment: status, tags, params and full metric histories."""
+    state = {}
+    for run in client.search_runs([experiment_id], max_results=500):
+        tags = {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.log-model")}
+        history = {k: sorted((m.step, m.value) for m in client.get_metric_history(
+            run.info.run_id, k)) for k in run.data.metrics}
+        state[run.info.run_id] = (run.info.status, tags, dict(run.data.params), history,
+                                  sorted(a.path for a in client.list_artifacts(run.info.run_id)))
+    return state
+
+
+def _first_reports(storage: Path, trial_id: str, key: str) -> dict[int, float]:
+    """``{epoch: first reported value of key}`` from the trial's result.json."""
+    (folder,) = [p for p in storage.iterdir() if f"_{trial_id}_" in p.name]
+    first: dict[int, float] = {}
+    for line in (folder / "result.json").read_text().splitlines():
+        result = json.loads(line)
+        for entry in [*result.get("epoch_history", ()), result]:
+            if key in entry:
+                first.setdefault(int(entry["epoch"]), entry[key])
+    return first
+
+
+def test_sync_writes_back_a_lost_run_once(ray_session, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    settings = SweepSettings(num_samples=2, max_concurrent=2, epochs=3, posthoc=(), name="lost",
+                             storage_path=str(tmp_path / "ray"), tracking_uri=uri)
+    run_sweep("ce", settings, progress=lambda line: None)
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("raysearch").experiment_id
+    children = [r for r in client.search_runs([exp]) if "raysearch.trial_id" in r.data.tags]
+    # a live sweep whose writes all landed tags its runs recorded: sync reads them no more
+    assert {r.data.tags["raysearch.recorded"] for r in children} == {"true"}
+    args = ["sync", "lost", "--tracking-uri", uri]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "sync lost: MLflow already held every record" in result.output
+
+    # a child run MLflow never got (its server was away when the trial started)
+    lost = children[0]
+    tid = lost.data.tags["raysearch.trial_id"]
+    client.delete_run(lost.info.run_id)
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "sync lost: 1 runs created" in result.output
+    (again,) = [r for r in client.search_runs([exp])
+                if r.data.tags.get("raysearch.trial_id") == tid]
+    assert again.info.run_id != lost.info.run_id
+    assert again.info.status == "FINISHED"
+    assert again.data.tags["raysearch.outcome"] == "complete"
+    assert again.data.tags["raysearch.config"] == lost.data.tags["raysearch.config"]
+    assert again.data.params == lost.data.params
+    for key in ("val_nll", "train_loss", "test_ece"):
+        history = {m.step: m.value for m in client.get_metric_history(again.info.run_id, key)}
+        assert history == _first_reports(tmp_path / "ray" / "lost", tid, key), key
+        assert history == {m.step: m.value for m in client.get_metric_history(
+            lost.info.run_id, key)}, key  # what the live sweep had logged
+    assert sorted(a.path for a in client.list_artifacts(again.info.run_id)) == \
+        ["logits.parquet", "reliability.png"]
+    parent = client.get_run(again.data.tags["mlflow.parentRunId"])
+    table = pd.read_parquet(client.download_artifacts(parent.info.run_id, "trials.parquet",
+                                                      str(tmp_path)))
+    assert again.info.run_id in set(table["run_id"])
+
+    # twice changes nothing
+    before = _state(client, exp)
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "already held every record" in result.output
+    assert _state(client, exp) == before
+
+    # a parent left RUNNING by a driver that is alive on this machine: refused in one line
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        client.update_run(parent.info.run_id, "RUNNING")
+        client.set_tag(parent.info.run_id, "raysearch.driver",
+                       f"{socket.gethostname()}:{sleeper.pid}")
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2
+        assert result.stderr.count("\n") == 1
+        assert "sweep 'lost' is still running" in result.stderr
+    finally:
+        stop_process(sleeper, kill=True)
+    # the driver died during the final selection: sync ends the parent for it
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert client.get_run(parent.info.run_id).info.status == "FINISHED"
+
