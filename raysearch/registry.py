@@ -83,6 +83,19 @@ class RegistryError(ValueError):
     """
 
 
+
+def did_you_mean(unknown: Any, allowed: Any) -> str:
+    """`` (did you mean epochs?)`` for the closest allowed names of the unknown ones ('' if none).
+
+    Args:
+        unknown: a misspelt name, or several.
+        allowed: the names that exist.
+    """
+    names = [unknown] if isinstance(unknown, str) else list(unknown)
+    close = sorted({c for name in names
+                    for c in difflib.get_close_matches(str(name), list(allowed), n=2)})
+    return f" (did you mean {', '.join(close)}?)" if close else ""
+
 def is_import_string(name: object) -> bool:
     """True for ``package.module:attr`` (a str with one ``:`` and text on both sides)."""
     if not isinstance(name, str) or name.count(":") != 1:

@@ -49,12 +49,12 @@ def _space_syntax(tmp):
 
 def _space_unknown_top_key(tmp):
     bad = _write(tmp / "key.yaml", "method: acls\nparmas:\n  margin: {low: 1.0, high: 10.0}\n")
-    return ["sweep", str(bad)], ["parmas", "params"]
+    return ["sweep", str(bad)], ["parmas", "(did you mean params?)"]
 
 
 def _space_unknown_train_key(tmp):
     bad = _write(tmp / "train.yaml", "method: ce\ntrain:\n  epoch: 3\n")
-    return ["sweep", str(bad)], ["train.epoch", "epochs"]
+    return ["sweep", str(bad)], ["train.epoch", "(did you mean epochs?)"]
 
 
 def _space_low_high_dry_run(tmp):
@@ -185,7 +185,7 @@ def _calibrate_mismatched_n(tmp):
 def _calibrate_unknown_calibrator(tmp):
     rng = np.random.default_rng(0)
     good = _npz(tmp / "ok.npz", logits=rng.normal(size=(60, 3)), labels=np.arange(60) % 3)
-    return ["calibrate", str(good), "--methods", "ts,tss"], ["tss", "ts_sbece"]
+    return ["calibrate", str(good), "--methods", "ts,tss"], ["tss", "(did you mean ", "ts_sbece"]
 
 
 def _train_corrupt_export(tmp):

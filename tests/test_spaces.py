@@ -376,11 +376,13 @@ ERROR_CASES = {
     ),
     "unknown_spec_key": (
         "method: acls\nparams:\n  margin: {low: 6.0, hi: 10.0}\n",
-        r"bad\.yaml: params\.margin: unknown key\(s\) hi; allowed: type, low, high",
+        r"bad\.yaml: params\.margin: unknown key\(s\) hi \(did you mean high\?\); "
+        r"allowed: type, low, high",
     ),
     "unknown_top_level_key": (
         "method: acls\nparms:\n  margin: 6.0\n",
-        r"bad\.yaml: unknown top-level key\(s\) parms; allowed: method, description, params",
+        r"bad\.yaml: unknown top-level key\(s\) parms \(did you mean params\?\); "
+        r"allowed: method, description, params",
     ),
     "unknown_method": (
         "method: aclss\n",

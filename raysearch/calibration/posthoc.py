@@ -61,7 +61,7 @@ from raysearch.metrics import (
     softmax,
     table_summary,
 )
-from raysearch.registry import is_import_string
+from raysearch.registry import did_you_mean, is_import_string
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -833,7 +833,8 @@ def calibrate_outputs(
         )
     for name in names:
         if name not in available and not is_import_string(name):
-            raise ValueError(f"Unknown calibrator {name!r}; available: {', '.join(available)}")
+            raise ValueError(f"Unknown calibrator {name!r}{did_you_mean(name, available)}; "
+                             f"available: {', '.join(available)}")
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
         raise ValueError(f"`methods` repeats {repeated}")

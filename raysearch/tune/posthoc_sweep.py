@@ -44,6 +44,7 @@ from raysearch import tracking
 from raysearch.calibration.posthoc import Outputs, split_outputs
 from raysearch.metrics import calibration_summary, softmax
 from raysearch.metrics.selection import select_best
+from raysearch.registry import did_you_mean
 from raysearch.tune.engine import build_tuner, init_ray, make_sampler
 from raysearch.tune.spaces import (
     SpaceError,
@@ -223,7 +224,8 @@ def load_posthoc_space(name_or_path: str | Path) -> PosthocSpace:
     unknown = sorted(str(k) for k in doc if k not in _KEYS)
     if unknown:
         raise SpaceError(
-            f"{label}: unknown top-level key(s) {', '.join(unknown)}; allowed: {', '.join(_KEYS)}"
+            f"{label}: unknown top-level key(s) {', '.join(unknown)}"
+            f"{did_you_mean(unknown, _KEYS)}; allowed: {', '.join(_KEYS)}"
         )
     if "calibrator" not in doc:
         raise SpaceError(f"{label}: calibrator: missing (e.g. {{choices: [ts, ets]}})")

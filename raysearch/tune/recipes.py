@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from raysearch.registry import did_you_mean
 from raysearch.tune.spaces import SpaceError, _read_yaml, _Spec, _spec_doc, training_specs
 from raysearch.tune.spaces.specs import bundled_folder
 
@@ -174,7 +175,8 @@ def load_recipe(name_or_path: str | Path) -> Recipe:
                           f"{type(doc).__name__}")
     unknown = sorted(str(k) for k in doc if k not in _KEYS)
     if unknown:
-        raise RecipeError(f"{label}: unknown key(s) {', '.join(unknown)}; allowed: "
+        raise RecipeError(f"{label}: unknown key(s) {', '.join(unknown)}"
+                          f"{did_you_mean(unknown, _KEYS)}; allowed: "
                           f"{', '.join(_KEYS)}")
     try:
         train = training_specs(doc, label, val_fraction=doc.get("val_fraction"))

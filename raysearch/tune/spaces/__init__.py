@@ -85,7 +85,7 @@ from types import MappingProxyType
 from typing import Any
 
 from raysearch.config import TRAIN_KEYS, RunConfig
-from raysearch.registry import RegistryError, is_import_string
+from raysearch.registry import RegistryError, did_you_mean, is_import_string
 
 # The spec and YAML layer (raysearch.tune.spaces.specs) and the SearchSpace class
 # (raysearch.tune.spaces.search_space) live in their own modules; every name stays importable from
@@ -172,7 +172,8 @@ def _check_top_level(doc: Any, label: str) -> dict:
     unknown = sorted(str(k) for k in doc if k not in allowed)
     if unknown:
         raise SpaceError(
-            f"{label}: unknown top-level key(s) {', '.join(unknown)}; allowed: {', '.join(allowed)}"
+            f"{label}: unknown top-level key(s) {', '.join(unknown)}"
+            f"{did_you_mean(unknown, allowed)}; allowed: {', '.join(allowed)}"
         )
     description = doc.get("description", "")
     if description is None:
@@ -188,7 +189,8 @@ def _parse_train(raw: Any, label: str) -> dict[str, _Spec]:
         where = f"{label}: train.{key}"
         if key not in TRAIN_KEYS:
             raise SpaceError(
-                f"{where}: unknown training key {key!r}; allowed: {', '.join(TRAIN_KEYS)}"
+                f"{where}: unknown training key {key!r}{did_you_mean(key, TRAIN_KEYS)}; "
+                f"allowed: {', '.join(TRAIN_KEYS)}"
             )
         train[key] = _parse_spec(value, where, expect_float=key in _FLOAT_TRAIN_KEYS)
     # each value is checked together with the other keys' low ends: some keys only make sense

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from raysearch.registry import did_you_mean
+
 if TYPE_CHECKING:
     import optuna
 
@@ -237,7 +239,8 @@ def _parse_spec(raw: Any, where: str, *, expect_float: bool,
 
     unknown = sorted(str(k) for k in raw if k not in _SPEC_KEYS)
     if unknown:
-        raise error(f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(_SPEC_KEYS)}")
+        raise error(f"unknown key(s) {', '.join(unknown)}{did_you_mean(unknown, _SPEC_KEYS)}; "
+                    f"allowed: {', '.join(_SPEC_KEYS)}")
 
     if "choices" in raw:
         extra = [k for k in _SPEC_KEYS if k != "choices" and k in raw]
