@@ -233,23 +233,36 @@ def _override(cfg: RunConfig, flat: Mapping[str, Any]) -> RunConfig:
 
 
 def export(name: str, path: str | Path | None = None, *, tracking_uri: str | None = None,
-           experiment: str = "raysearch", tolerance: float | None = None) -> dict[str, Any]:
-    """The selected trial of sweep `name` as an export document (and a YAML file).
+           experiment: str = "raysearch", tolerance: float | None = None,
+           register: str | None = None, with_weights: bool = False, calibrator: str = "ts",
+           storage_path: str | None = None) -> dict[str, Any]:
+    """The selected trial of sweep `name` as an export document, a YAML file or a model.
 
     Args:
         name: the sweep's name.
-        path: where to write the YAML (``raysearch train PATH`` trains it again); None: write
-            nothing.
+        path: where to write the YAML (``raysearch train PATH`` trains it again); with
+            `with_weights`, the folder of the MLflow pyfunc model instead; None: write nothing.
         tracking_uri: the sweep's MLflow store.
         experiment: its experiment.
         tolerance: the rule's accuracy tolerance (default: the sweep's).
+        register: register the selected trial as this MLflow registered model (a new version):
+            an MLflow pyfunc model whose ``predict(x)`` maps float32 inputs (N, *input_shape)
+            to calibrated probabilities (N, K) (:mod:`raysearch.tracking.pyfunc`), logged in
+            the trial's run under ``model/``.
+        with_weights: write that model to the folder `path` (no registry needed).
+        calibrator: the post-hoc calibrator fitted on the trial's validation logits and
+            applied after the network (``ts``, ``cts``, ``ets``, ..., or ``none``).
+        storage_path: where the sweep's Tune storage is now, when the trial's weights are read
+            from its checkpoint (default: the path it was started with).
 
     Returns:
         ``{"config": ..., "sweep": ..., "trial": ..., "run_id": ..., "selection": ...,
-        "metrics": {...}, "requires": {versions, import strings, packages}}``.
+        "metrics": {...}, "requires": {versions, import strings, packages}}``; with a model,
+        also ``"model": {"uri": ..., "calibrator": ...}``.
 
     Raises:
-        ValueError: if the sweep is unknown or has no complete trial.
+        ValueError: if the sweep is unknown or has no complete trial; for a model, if the
+            trial's weights or validation logits are missing, or `calibrator` is unknown.
     """
     import yaml
 
@@ -263,7 +276,17 @@ def export(name: str, path: str | Path | None = None, *, tracking_uri: str | Non
     if not len(selected):
         raise ValueError(f"sweep '{name}' has no complete trial to export")
     doc = best_config_document(selected.iloc[0], parent)
-    if path is not None:
+    if register is not None or with_weights:
+        if with_weights and path is None:
+            raise ValueError("with_weights needs the model's folder (-o DIR)")
+        if with_weights and Path(path).exists():
+            raise ValueError(f"{path} exists; the model's folder must be new")
+        from raysearch.tune.model_export import export_model
+
+        doc["model"] = export_model(client, parent, doc, register=register,
+                                    folder=path if with_weights else None,
+                                    calibrator=calibrator, storage_path=storage_path)
+    elif path is not None:
         Path(path).write_text(yaml.safe_dump(doc, sort_keys=False))
     return doc
 

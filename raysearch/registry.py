@@ -92,8 +92,8 @@ def did_you_mean(unknown: Any, allowed: Any) -> str:
         allowed: the names that exist.
     """
     names = [unknown] if isinstance(unknown, str) else list(unknown)
-    close = sorted({c for name in names
-                    for c in difflib.get_close_matches(str(name), list(allowed), n=2)})
+    close = list(dict.fromkeys(c for name in names  # best match first, each once
+                               for c in difflib.get_close_matches(str(name), list(allowed), n=2)))
     return f" (did you mean {', '.join(close)}?)" if close else ""
 
 def is_import_string(name: object) -> bool:

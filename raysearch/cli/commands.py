@@ -454,22 +454,58 @@ def sync(name: str, storage_path: str | None, tracking_uri: str | None,
 
 @main.command()
 @click.argument("name")
-@click.option("-o", "--output", default="best.yaml", show_default=True,
-              type=click.Path(dir_okay=False), help="Where to write the config.")
+@click.option("-o", "--output", default=None, type=click.Path(),
+              help="Where to write the config [default: best.yaml]; with --with-weights, the "
+                   "new folder of the model.")
 @click.option("--tolerance", default=None, type=float,
               help="Selection tolerance [default: the sweep's].")
+@click.option("--register", default=None, metavar="MODEL_NAME",
+              help="Register the selected trial in the MLflow Model Registry as a pyfunc model "
+                   "(weights + calibrator): predict(x) gives calibrated probabilities.")
+@click.option("--with-weights", is_flag=True,
+              help="Write that pyfunc model to the folder -o instead of (or besides) a registry.")
+@click.option("--calibrator", default="ts", show_default=True,
+              help="Post-hoc calibrator of the model, fitted on the trial's validation logits "
+                   "(ts, cts, ets, ..., or none).")
+@click.option("--storage-path", default=None, metavar="PATH|URI",
+              help="Where the sweep's Tune storage is now (the trial's weights are read from "
+                   "its last checkpoint) [default: the path it was started with].")
 @tracking_options
 @friendly_errors
-def export(name: str, output: str, tolerance: float | None, tracking_uri: str | None,
-           experiment: str) -> None:
-    """Write the selected trial's config of sweep NAME (reusable by `raysearch train`)."""
+def export(name: str, output: str | None, tolerance: float | None, register: str | None,
+           with_weights: bool, calibrator: str, storage_path: str | None,
+           tracking_uri: str | None, experiment: str) -> None:
+    """Write the selected trial's config of sweep NAME (reusable by `raysearch train`).
+
+    With --register MODEL_NAME (or --with-weights -o DIR) the trial becomes an MLflow pyfunc
+    model: mlflow.pyfunc.load_model("models:/MODEL_NAME/1").predict(x) maps float32 inputs
+    (N, *input_shape) to calibrated probabilities (N, K).
+    """
     from raysearch.api import export as export_sweep
     from raysearch.tracking.reports import export_line
 
-    doc = export_sweep(name, output, tracking_uri=tracking_uri, experiment=experiment,
-                       tolerance=tolerance)
-    click.echo(f"wrote {output}: {export_line(doc)}")
-    click.echo(f"train it again: raysearch train {output}")
+    if with_weights and output is None:
+        raise ValueError("--with-weights writes a model folder: give it with -o DIR")
+    model = register is not None or with_weights
+    path = output if with_weights or not model else None
+    doc = export_sweep(name, path if model else (output or "best.yaml"),
+                       tracking_uri=tracking_uri, experiment=experiment, tolerance=tolerance,
+                       register=register, with_weights=with_weights, calibrator=calibrator,
+                       storage_path=storage_path)
+    if not model:
+        click.echo(f"wrote {output or 'best.yaml'}: {export_line(doc)}")
+        click.echo(f"train it again: raysearch train {output or 'best.yaml'}")
+        return
+    info = doc["model"]
+    shape = ", ".join(str(d) for d in info["input_shape"])
+    click.echo(f"model of {export_line(doc)}")
+    click.echo(f"  weights from the trial's {info['weights_from']}, calibrator "
+               f"{info['calibrator']}: predict(float32 (N, {shape})) -> probabilities "
+               f"(N, {info['num_classes']})")
+    if with_weights:
+        click.echo(f"  saved to {output}: mlflow.pyfunc.load_model('{output}')")
+    if register is not None:
+        click.echo(f"  registered: mlflow.pyfunc.load_model('{info['uri']}')")
 
 
 @main.command()

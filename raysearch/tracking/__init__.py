@@ -18,7 +18,9 @@ included):
 - :mod:`raysearch.tracking.reconcile`: a trial's child run reconciled with Ray Tune's records
   of it (what ``raysearch sync`` writes);
 - :mod:`raysearch.tracking.callback`: :class:`MlflowSweepCallback` and :class:`SweepCallback`;
-- :mod:`raysearch.tracking.train`: :func:`train_and_log` and :func:`log_calibration_run`.
+- :mod:`raysearch.tracking.train`: :func:`train_and_log` and :func:`log_calibration_run`;
+- :mod:`raysearch.tracking.pyfunc`: a selected trial as an MLflow pyfunc model (weights and
+  calibrator), saved or registered.
 
 Every name is imported on first use (PEP 562 ``__getattr__``): ``import raysearch.tracking.runs``
 or ``raysearch.tracking.ui`` loads neither Ray nor pandas, and ``raysearch.tracking.X`` loads
@@ -62,6 +64,9 @@ _FROM: dict[str, tuple[str, ...]] = {
         'RECORDED_TAG', 'RETRIES_TAG', 'SEALED_OUTCOMES', 'SEEDS_TAG', 'SWEEP_TAG', 'TRIAL_TAG',
         'check_tracking_uri', 'default_tracking_uri', 'find_sweep', 'list_sweeps',
         'resolve_tracking_uri',
+    ),
+    'raysearch.tracking.pyfunc': (
+        'CalibratedClassifier', 'register_calibrated_model', 'save_calibrated_model',
     ),
     'raysearch.tracking.reconcile': (
         'STORE_ERRORS', 'Reconciled', 'SweepRuns', 'TrialRecords', 'error_line',

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from raysearch.config import RunConfig
     from raysearch.training.data import DatasetSplits
 
-__all__ = ["build_run_loss", "build_run_model", "check_run_model", "load_run_data"]
+__all__ = ["build_run_loss", "build_run_model", "check_run_model", "load_run_data",
+           "run_model_spec"]
 
 
 def load_run_data(cfg: RunConfig, *, components: Mapping[str, Mapping[str, Any]] | None = None,
@@ -53,24 +54,40 @@ def load_run_data(cfg: RunConfig, *, components: Mapping[str, Mapping[str, Any]]
 
 def build_run_model(cfg: RunConfig, data: DatasetSplits, *,
                     components: Mapping[str, Mapping[str, Any]] | None = None) -> nn.Module:
-    """The model of `cfg`'s model section for `data`.
+    """The model of `cfg`'s model section for `data` (built from :func:`run_model_spec`).
+
+    Raises:
+        ValueError: as :func:`raysearch.training.models.build_model`.
+    """
+    from raysearch.training.models import build_model
+
+    spec = run_model_spec(cfg, data, components=components)
+    return build_model(spec["name"], num_classes=spec["num_classes"],
+                       input_shape=spec["input_shape"], **spec["params"])
+
+
+def run_model_spec(cfg: RunConfig, data: DatasetSplits, *,
+                   components: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """What builds `cfg`'s model for `data`: its factory, classes, input shape and keywords.
 
     ``factory(num_classes=K, input_shape=data.input_shape, **model.params)``, plus what the data
     offers the factory (``data.model_kwargs``, such as a text dataset's vocabulary) where it
     takes it.
 
-    Raises:
-        ValueError: as :func:`raysearch.training.models.build_model`.
+    Returns:
+        ``{"name": factory name or callable, "num_classes": K, "input_shape": (...),
+        "params": {keyword: value}}``.
     """
     from raysearch.registry import accepted_keywords
-    from raysearch.training.models import build_model, model_factory
+    from raysearch.training.models import model_factory
 
     name = _component(cfg.model.name, "models", components)
     names, var_kw = accepted_keywords(model_factory(name))
     offered = {k: v for k, v in data.model_kwargs.items()
                if (k in names or var_kw) and k not in cfg.model.params}
-    return build_model(name, num_classes=data.num_classes, input_shape=data.input_shape,
-                       **offered, **cfg.model.params)
+    return {"name": name, "num_classes": int(data.num_classes),
+            "input_shape": tuple(int(d) for d in data.input_shape),
+            "params": {**offered, **cfg.model.params}}
 
 
 def check_run_model(cfg: RunConfig, data: DatasetSplits, *,

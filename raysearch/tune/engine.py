@@ -708,6 +708,22 @@ def sync_sweep(name: str, *, tracking_uri: str | None = None,
     return done
 
 
+def sweep_experiment_path(client: Any, parent: Any, storage_path: str | None = None) -> str:
+    """The sweep's experiment folder in Tune's storage (``<storage path>/<name>``).
+
+    Args:
+        client: MLflow client of the sweep's store.
+        parent: the sweep's parent run.
+        storage_path: where its storage is now (default: the path in its record).
+
+    Raises:
+        ValueError: if the sweep has no record or its storage holds no Tune experiment.
+    """
+    name = parent.data.tags.get(tracking.SWEEP_TAG, "")
+    record = _load_record(client, parent.info.run_id, name)
+    return f"{_resume_storage(record, name, storage_path).rstrip('/')}/{name}"
+
+
 def _driver_alive(tag: str) -> bool:
     """True when `tag` (``<host>:<pid>``) names a live process of this machine other than us."""
     host, _, pid = tag.rpartition(":")

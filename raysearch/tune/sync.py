@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from raysearch import tracking
@@ -129,3 +129,34 @@ def reconcile_sweep(client: Any, parent: Any, path: str, *,
         if progress is not None and number % 25 == 0 and number < len(trials):
             progress(f"  sync: {number}/{len(trials)} trials checked")
     return done
+
+
+def trial_weights(path: str, trial_id: str) -> dict[str, Any]:
+    """The model weights (a state dict) of trial `trial_id`'s last checkpoint in Tune's storage.
+
+    Args:
+        path: the sweep's experiment folder (``<storage path>/<sweep name>``).
+        trial_id: Tune's trial id (the child run's ``raysearch.trial_id`` tag).
+
+    Returns:
+        The ``model`` entry of the checkpoint's ``state.pt`` (read with ``weights_only=True``):
+        the network's weights at the end of the trial.
+
+    Raises:
+        ValueError: if the experiment has no such trial, or the trial no readable checkpoint.
+    """
+    from raysearch.tune.trainable import _CKPT_FILE, load_state
+
+    trial = next((t for t in read_trials(path) if t.trial_id == trial_id), None)
+    if trial is None:
+        raise ValueError(f"Tune's storage at {path} has no trial {trial_id}")
+    if trial.checkpoint is None:
+        raise ValueError(f"trial {trial_id} has no checkpoint in Tune's storage at {path}")
+    with trial.checkpoint() as folder:
+        file = Path(folder) / _CKPT_FILE
+        if not file.is_file():
+            raise ValueError(f"trial {trial_id}'s last checkpoint has no {_CKPT_FILE}")
+        state = load_state(file.read_bytes())
+    if "model" not in state:
+        raise ValueError(f"trial {trial_id}'s checkpoint {_CKPT_FILE} holds no model weights")
+    return state["model"]
