@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -271,11 +272,19 @@ def test_ctrl_c_then_resume(one_node, tmp_path):
     assert str(tmp_path / "ray") in wrong.stderr  # the path it was started with
     # the storage moved (another disk, another mount point): --storage-path says where it is now
     (tmp_path / "ray").rename(tmp_path / "moved")
+    # and the checkpoint Tune's snapshot names for one trial is gone (deleted by Tune when it
+    # registered a newer one, just before the driver died): it resumes from the newest one kept
+    from ray.tune import ExperimentAnalysis
+
+    trial = ExperimentAnalysis(str(tmp_path / "moved" / "ctrl-c")).trials[0]
+    shutil.rmtree(trial.checkpoint.path)
     resumed = subprocess.run([*RAYSEARCH, "sweep", "--resume", "ctrl-c", "--storage-path",
                               str(tmp_path / "moved"), *common],
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert f"-> {tmp_path / 'moved'}" in resumed.stdout
+    assert f"trial {trial.trial_id}: its checkpoint {Path(trial.checkpoint.path).name} was " \
+        "deleted after Tune's last snapshot; resuming from checkpoint_" in resumed.stdout
     client, parents, children = _runs(uri)
     local = client.download_artifacts(parents[0].info.run_id, "sweep.json", str(tmp_path))
     record = json.loads(Path(local).read_text())

@@ -53,12 +53,14 @@ from raysearch.tracking.runs import (
     RESUMED_TAG,
     RETRIES_TAG,
     SEALED_OUTCOMES,
+    SKIPPED_TAG,
     SWEEP_TAG,
     TRIAL_TAG,
 )
 from raysearch.tracking.sweeps import summarize_configuration, sweep_runs
 from raysearch.training.records import (
     ARTIFACT_FILES,
+    CHECKPOINT_SKIPPED,
     COMPLETED,
     CONFIG_ID_KEY,
     DIVERGED,
@@ -430,7 +432,10 @@ class MlflowSweepCallback(tune.Callback):
             self._epoch_line(trial, *epochs[-1])
 
     def _tag_changes(self, tid: str, result: dict) -> dict[str, str]:
-        """Tags to set: the node and the checkpoint epoch of `result` where they changed."""
+        """Tags to set: the node and the checkpoint epoch of `result` where they changed.
+
+        And the line of a skipped unreadable checkpoint, when `result` carries one.
+        """
         book = self.book
         tags = {}
         for key, tag, seen, kind in ((NODE_KEY, NODE_TAG, book.nodes, str),
@@ -440,6 +445,8 @@ class MlflowSweepCallback(tune.Callback):
                 continue
             seen[tid] = value
             tags[tag] = str(value)
+        if isinstance(result.get(CHECKPOINT_SKIPPED), str):
+            tags[SKIPPED_TAG] = result[CHECKPOINT_SKIPPED]
         return tags
 
     def _epoch_line(self, trial: Any, epoch: int, metrics: dict[str, float]) -> None:

@@ -48,11 +48,13 @@ from raysearch.tracking.runs import (
     REPEATS_TAG,
     RESUMED_TAG,
     RETRIES_TAG,
+    SKIPPED_TAG,
     SWEEP_TAG,
     TRIAL_TAG,
 )
 from raysearch.training.records import (
     ARTIFACT_FILES,
+    CHECKPOINT_SKIPPED,
     COMPLETED,
     CONFIG_ID_KEY,
     DIVERGED,
@@ -127,10 +129,11 @@ class TrialRecords:
         return out
 
     def last_tag_values(self) -> dict[str, str]:
-        """The node and checkpoint-epoch tags of the trial's last report that has each."""
+        """The node, checkpoint-epoch and skipped-checkpoint tags of the last report with each."""
         tags: dict[str, str] = {}
         for result in self.results:
-            for key, tag, kind in ((NODE_KEY, NODE_TAG, str), (RESUMED_FROM, RESUMED_TAG, int)):
+            for key, tag, kind in ((NODE_KEY, NODE_TAG, str), (RESUMED_FROM, RESUMED_TAG, int),
+                                   (CHECKPOINT_SKIPPED, SKIPPED_TAG, str)):
                 value = result.get(key)
                 if isinstance(value, kind) and not isinstance(value, bool):
                     tags[tag] = str(value)

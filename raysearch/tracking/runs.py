@@ -36,6 +36,9 @@ RETRIES_TAG = "raysearch.retries"
 #: Child-run tag: the checkpoint epoch the trial's last attempt resumed from.
 RESUMED_TAG = "raysearch.resumed_from_epoch"
 ERROR_TAG = "raysearch.error"
+#: Child-run tag: the line of an attempt that skipped an unreadable checkpoint
+#: (:data:`~raysearch.training.records.CHECKPOINT_SKIPPED`).
+SKIPPED_TAG = "raysearch.checkpoint_skipped"
 #: Child-run tag ``true``: every record of the ended trial reached the run (set by the live
 #: writer when none of the trial's writes failed, and by ``raysearch sync`` after it filled the
 #: run in); ``sync`` leaves such runs unread.

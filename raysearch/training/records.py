@@ -7,8 +7,8 @@ trainable (which writes them) and the MLflow tracking (which reads them), so tha
 imports the other. Plain constants: this module imports nothing.
 """
 
-__all__ = ["ARTIFACT_FILES", "CLASS_IOU", "COMPLETED", "CONFIDENCE_PLOT", "CONFIG_ID_KEY",
-           "DIVERGED", "EPOCH_HISTORY", "LOGITS_FILE", "NODE_ID", "RELIABILITY",
+__all__ = ["ARTIFACT_FILES", "CHECKPOINT_SKIPPED", "CLASS_IOU", "COMPLETED", "CONFIDENCE_PLOT",
+           "CONFIG_ID_KEY", "DIVERGED", "EPOCH_HISTORY", "LOGITS_FILE", "NODE_ID", "RELIABILITY",
            "RELIABILITY_PLOT", "RESUMED_FROM", "SEED_INDEX_KEY", "SHIFT_PLOT", "SHIFT_TABLE"]
 
 #: Parquet file (in the final checkpoint and the MLflow run) with val/test logits and labels.
@@ -37,6 +37,10 @@ NODE_ID = "node_id"
 #: Result key, in every report of an attempt that resumed from a checkpoint: the epoch of that
 #: checkpoint (the attempt trains from the next epoch on).
 RESUMED_FROM = "resumed_from_epoch"
+#: Result key, in the first report of an attempt whose checkpoint from Tune could not be read:
+#: one line naming that ``state.pt`` and why, and the older checkpoint the attempt resumed
+#: from instead (or that it started from scratch).
+CHECKPOINT_SKIPPED = "checkpoint_skipped"
 #: Result key: the epochs trained since the previous report and not reported on their own, a
 #: list of ``{"epoch": e, "train_...": ..., "val_...": ...}`` (the tracking callback logs each at
 #: ``step=e``). A report's own epoch is its top-level ``epoch`` and metrics.

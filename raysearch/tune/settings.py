@@ -32,8 +32,8 @@ from raysearch.config._common import (
     one_line_error,
 )
 
-__all__ = ["DEFAULT_EXPERIMENT", "OBJECTIVES", "PRECISIONS", "RAY_JOB_ENV", "SAMPLERS",
-           "SCHEDULERS", "SELECTIONS", "Resources", "SweepSettings", "metric_name"]
+__all__ = ["DEFAULT_EXPERIMENT", "FAULT_KINDS", "OBJECTIVES", "PRECISIONS", "RAY_JOB_ENV",
+           "SAMPLERS", "SCHEDULERS", "SELECTIONS", "Resources", "SweepSettings", "metric_name"]
 
 #: ``--objective`` names -> (metric(s), mode(s)) given to the searcher; any metric a trial
 #: reports also works as ``<metric>[:min|max]`` (:meth:`SweepSettings.objective_metrics`).
@@ -47,6 +47,12 @@ SAMPLERS = ("tpe", "nsga2", "random")
 SCHEDULERS = ("asha",)
 #: Values of ``precision``.
 PRECISIONS = ("auto", "bf16", "fp32")
+#: Values of ``fault_kind`` (the fault drills of :func:`raysearch.tune.trainable.run_trial`):
+#: ``raise`` raises after reporting the drill epoch; ``kill-in-checkpoint`` leaves a torn
+#: checkpoint (a truncated ``state.pt`` in the trial's next checkpoint folder) and SIGKILLs its
+#: own worker process; ``corrupt-checkpoint`` truncates the ``state.pt`` of the trial's newest
+#: checkpoint in storage after reporting the drill epoch, then raises.
+FAULT_KINDS = ("raise", "kill-in-checkpoint", "corrupt-checkpoint")
 #: Set by Ray in the environment of a Ray Job's entrypoint (``ray job submit -- ...``).
 RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
@@ -176,6 +182,11 @@ class SweepSettings(BaseModel):
             (default): 2 on a cluster, else 0. A diverged trial is never retried.
         fault_epoch: a fault drill: the first attempt of every trial raises after reporting
             this epoch; None: never.
+        fault_kind: what the drill at `fault_epoch` does (:data:`FAULT_KINDS`): ``raise``
+            (default); ``kill-in-checkpoint``: the attempt dies (SIGKILL) while writing the
+            drill epoch's checkpoint, leaving a torn one in storage; ``corrupt-checkpoint``: it
+            truncates its newest checkpoint's ``state.pt`` in storage, then raises. The last
+            two need one-process trials (``workers_per_trial == 1``).
         crop_size: ``data.crop_size`` of a segmentation dataset (refused by datasets that take
             no ``crop_size``).
         pretrained_backbone: ``model.pretrained_backbone``: a local torchvision state-dict file
@@ -227,6 +238,7 @@ class SweepSettings(BaseModel):
     shift_samples: int | None = None
     max_failures: int | None = None
     fault_epoch: int | None = None
+    fault_kind: str = "raise"
     crop_size: int | None = None
     pretrained_backbone: str | None = None
     pretrained: str | None = None
@@ -308,6 +320,12 @@ class SweepSettings(BaseModel):
             raise ValueError(f"`max_failures` must be an int >= 0, got {self.max_failures!r}")
         if self.fault_epoch is not None and self.fault_epoch < 1:
             raise ValueError(f"`fault_epoch` must be >= 1, got {self.fault_epoch}")
+        if self.fault_kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault_kind {self.fault_kind!r}; choose from "
+                             f"{', '.join(FAULT_KINDS)}")
+        if self.fault_kind != "raise" and self.workers_per_trial > 1:
+            raise ValueError(f"fault_kind {self.fault_kind!r} needs one-process trials "
+                             f"(workers_per_trial 1), got {self.workers_per_trial}")
         if self.shift_samples is not None and self.shift_samples < 1:
             raise ValueError(f"`shift_samples` must be >= 1, got {self.shift_samples}")
         if self.shift_eval and self.shift_data is not None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from raysearch import tracking
 from raysearch.tracking.reconcile import (
+    ENDED,
     Reconciled,
     SweepRuns,
     TrialRecords,
@@ -160,3 +161,65 @@ def trial_weights(path: str, trial_id: str) -> dict[str, Any]:
     if "model" not in state:
         raise ValueError(f"trial {trial_id}'s checkpoint {_CKPT_FILE} holds no model weights")
     return state["model"]
+
+
+def repair_checkpoints(path: str, say: Callable[[str], None]) -> int:
+    """Give every unfinished trial of the snapshot at `path` a checkpoint that exists.
+
+    Tune deletes a trial's oldest kept checkpoint when it registers a newer one, and writes its
+    experiment snapshot (what ``Tuner.restore`` reads) a moment later; a driver killed in
+    between leaves a snapshot that names a deleted checkpoint, and Tune would fail the resumed
+    trial ("does not exist on storage anymore"). The newest readable checkpoint of the trial
+    (its ``state.pt`` loads) is copied to the path the snapshot names, so the trial resumes
+    from the last good state; with none readable an empty folder is made there, and the
+    trial starts again from scratch (:func:`raysearch.tune.trainable.run_trial` says so).
+
+    Args:
+        path: the sweep's experiment folder in Tune's storage.
+        say: called with one line per repaired trial.
+
+    Returns:
+        How many trials were repaired.
+    """
+    from pyarrow import fs as pafs
+    from ray.tune import ExperimentAnalysis
+
+    from raysearch.tune.trainable import _CKPT_FILE, load_state
+
+    repaired = 0
+    for trial in ExperimentAnalysis(path).trials:
+        checkpoint = trial.checkpoint
+        if trial.status in ENDED or checkpoint is None:
+            continue
+        fs, missing = checkpoint.filesystem, checkpoint.path.rstrip("/")
+        if fs.get_file_info(missing).type != pafs.FileType.NotFound:
+            continue
+        folder = str(PurePosixPath(missing).parent)
+        kept = sorted((info.path for info in fs.get_file_info(pafs.FileSelector(folder))
+                       if info.type == pafs.FileType.Directory
+                       and PurePosixPath(info.path).name.startswith("checkpoint_")),
+                      reverse=True)
+        # a checkpoint whose report Tune never processed (written just before the driver died)
+        # has epochs the records lack: only one of a reported epoch keeps the records whole
+        reported = max(TrialRecords(trial.trial_id, 0, {}, trial.status, _read_results(
+            fs, f"{trial.storage.trial_fs_path}/{RESULT_FILE}")).epochs(), default=0)
+        good, epoch = None, None
+        for candidate in kept:
+            try:
+                with fs.open_input_stream(f"{candidate}/{_CKPT_FILE}") as f:
+                    epoch = load_state(f.read())["epoch"]
+            except (OSError, ValueError):
+                continue
+            if epoch <= reported:
+                good = candidate
+                break
+        fs.create_dir(missing)
+        if good is not None:
+            pafs.copy_files(good, missing, source_filesystem=fs, destination_filesystem=fs)
+            say(f"  trial {trial.trial_id}: its checkpoint {PurePosixPath(missing).name} was "
+                f"deleted after Tune's last snapshot; resuming from {PurePosixPath(good).name} "
+                f"(epoch {epoch})")
+        else:
+            say(f"  trial {trial.trial_id}: no readable checkpoint left; it starts again")
+        repaired += 1
+    return repaired

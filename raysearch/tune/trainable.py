@@ -22,6 +22,8 @@ import logging
 import math
 import os
 import queue
+import re
+import signal
 import tempfile
 import threading
 import time
@@ -37,6 +39,7 @@ from raysearch.config import RunConfig
 
 # the keys of the reports and the checkpoint's files, shared with the tracking
 from raysearch.training.records import ARTIFACT_FILES as ARTIFACT_FILES
+from raysearch.training.records import CHECKPOINT_SKIPPED as CHECKPOINT_SKIPPED
 from raysearch.training.records import COMPLETED as COMPLETED
 from raysearch.training.records import DIVERGED as DIVERGED
 from raysearch.training.records import EPOCH_HISTORY as EPOCH_HISTORY
@@ -54,6 +57,7 @@ from raysearch.training.tasks import (  # noqa: F401 (file names re-exported for
     SHIFT_TABLE,
     task_for,
 )
+from raysearch.tune.settings import FAULT_KINDS
 from raysearch.tune.spaces import SearchSpace
 
 #: Default checkpoint cadence (``checkpoint_every=None``): a checkpoint once this many seconds
@@ -67,6 +71,8 @@ CHECKPOINT_INTERVAL_S = 60.0
 #: the driver has taken it, which costs a 2-s trial on a busy 2-core machine a noticeable share.
 REPORT_INTERVAL_S = 10.0
 _CKPT_FILE = "state.pt"
+#: A trial's checkpoint folders in its storage: ``checkpoint_<index>`` (Tune's names).
+_CKPT_FOLDER = re.compile(r"checkpoint_(\d+)")
 #: Logical memory (bytes) that the coordinating function of a DDP trial reserves: Tune needs a
 #: non-empty resource bundle, and CPUs or GPUs held there could not go to the Train workers.
 COORDINATOR_MEMORY = 2**20
@@ -147,8 +153,8 @@ def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str
               cpus_per_trial: float = 1.0,
               shift_set: Any = None, workers: int = 1, cpus_per_worker: float = 1.0,
               gpus_per_worker: float = 0.0, fault_epoch: int | None = None,
-              metrics: tuple[str, ...] = (), code_paths: tuple[str, ...] = (),
-              components: bytes | None = None) -> None:
+              fault_kind: str = "raise", metrics: tuple[str, ...] = (),
+              code_paths: tuple[str, ...] = (), components: bytes | None = None) -> None:
     """Tune function trainable: train one configuration and report to Tune.
 
     After the last epoch the post-hoc calibrators named in `posthoc` are fitted on the
@@ -182,9 +188,17 @@ def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str
         workers: Ray Train workers; 1 trains in this process, more run a DDP trial (below).
         cpus_per_worker: CPUs of each DDP worker (torch threads, DataLoader workers).
         gpus_per_worker: GPUs of each DDP worker (0: gloo on the CPU; a whole number: NCCL).
-        fault_epoch: a fault drill: an attempt that did not resume from a checkpoint raises
+        fault_epoch: a fault drill: the first attempt (one that Tune gave no checkpoint) raises
             :class:`InjectedFault` right after reporting epoch `fault_epoch`, so a sweep's retry
             path (``--max-failures``) can be exercised on a real cluster; None (default) never.
+        fault_kind: what the drill does (:data:`raysearch.tune.settings.FAULT_KINDS`):
+            ``raise`` (default, above); ``kill-in-checkpoint``: at epoch `fault_epoch` the
+            attempt writes that epoch's state truncated to half its bytes as ``state.pt`` into
+            the trial's next ``checkpoint_<index>`` folder in storage (what a copy interrupted
+            by a kill leaves; Tune never registers it), then SIGKILLs its own process, so Ray
+            sees a dead worker; ``corrupt-checkpoint``: after reporting epoch `fault_epoch`,
+            the attempt truncates the ``state.pt`` of its newest checkpoint in storage, then
+            raises :class:`InjectedFault`. Both need ``workers == 1``.
         metrics: a user's metric functions by import string (or API label): logged as
             ``val_<fn>`` every epoch and ``test_<fn>`` at the end.
         code_paths: folders of the user's code (the driver's current directory and the
@@ -216,7 +230,12 @@ def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str
     containers only), read back with ``torch.load(weights_only=True)``. When Tune retries a
     failed trial or resumes a sweep, ``tune.get_checkpoint()`` returns the last one and training
     continues at the next epoch with the same batches as an uninterrupted run (the batch order
-    is seeded per epoch); the reports of that attempt carry ``resumed_from_epoch``.
+    is seeded per epoch); the reports of that attempt carry ``resumed_from_epoch``. A checkpoint
+    whose ``state.pt`` is missing, truncated or corrupt (a worker killed while writing it, a
+    damaged storage) is skipped (:func:`resume_state`): the attempt resumes from the trial's
+    newest readable older checkpoint, or starts from scratch when none is, and its first
+    report carries the one line that says so (:data:`CHECKPOINT_SKIPPED`, the run's
+    ``raysearch.checkpoint_skipped`` tag; it is logged as a warning too).
 
     A training loss that becomes NaN/inf ends the trial with a last report holding
     ``diverged`` (the message): the tracking callback records it FAILED and the searcher tells
@@ -228,18 +247,28 @@ def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str
 
     Raises:
         ValueError: on invalid `workers`, `cpus_per_worker` or `gpus_per_worker`
-            (:func:`trial_resources`).
+            (:func:`trial_resources`), an unknown `fault_kind`, or a `fault_kind` other than
+            ``raise`` with ``workers > 1``.
     """
     _check_workers(workers, cpus_per_worker, gpus_per_worker)
+    if fault_kind not in FAULT_KINDS:
+        raise ValueError(f"unknown fault_kind {fault_kind!r}; choose from {', '.join(FAULT_KINDS)}")
+    if fault_kind != "raise" and workers > 1:
+        raise ValueError(f"fault_kind {fault_kind!r} needs a one-process trial (workers 1), got "
+                         f"workers {workers}")
     cfg: RunConfig = space.resolve(config, **overrides)
-    resume_bytes = None
+    resume_bytes, skipped = None, None
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
-        with checkpoint.as_directory() as d:
-            resume_bytes = (Path(d) / _CKPT_FILE).read_bytes()
+        resume_bytes, skipped = resume_state(checkpoint)
+        if skipped is not None:
+            logging.getLogger(__name__).warning(skipped)
     options = {"posthoc": tuple(posthoc), "checkpoint_every": checkpoint_every,
                "report_every_epoch": report_every_epoch, "precision": precision,
-               "shift_set": shift_set, "fault_epoch": fault_epoch,
+               "shift_set": shift_set, "fault_epoch": fault_epoch, "fault_kind": fault_kind,
+               # a drill fires in the first attempt only (a retry that found no readable
+               # checkpoint starts from scratch, but does not drill again)
+               "first_attempt": checkpoint is None, CHECKPOINT_SKIPPED: skipped,
                "trial_id": tune.get_context().get_trial_id() or "trial",
                # resolved in each training process (a DDP worker too): bytes travel safely
                "metrics": tuple(metrics), "code_paths": tuple(code_paths),
@@ -301,11 +330,15 @@ def _train_and_report(cfg: RunConfig, resume_bytes: bytes | None, options: dict[
     checkpoint_every = options["checkpoint_every"]
     every_epoch = options.get("report_every_epoch", False)
     resume = load_state(resume_bytes) if resume_bytes is not None else None
-    if resume is not None:
+    extra: dict[str, Any] = {} if resume is None else {RESUMED_FROM: int(resume["epoch"])}
+    # the line of a skipped unreadable checkpoint travels in the attempt's first report
+    skipped = [options[CHECKPOINT_SKIPPED]] if options.get(CHECKPOINT_SKIPPED) else []
+    if extra or skipped:
         plain_send = send
 
         def send(metrics: dict[str, Any], files: Path | None = None, last: bool = False) -> bool:
-            return plain_send({**metrics, RESUMED_FROM: int(resume["epoch"])}, files, last)
+            first = {CHECKPOINT_SKIPPED: skipped.pop()} if skipped else {}
+            return plain_send({**metrics, **extra, **first}, files, last)
 
     last_state: dict[str, Any] = {}
     pending: list[dict[str, Any]] = []  # epochs trained since the last report (rank 0)
@@ -329,7 +362,9 @@ def _train_and_report(cfg: RunConfig, resume_bytes: bytes | None, options: dict[
             last_state.update(state)
             return
         go_on = True
-        drill = epoch == options.get("fault_epoch") and resume is None
+        drill = epoch == options.get("fault_epoch") and options.get("first_attempt", True)
+        if drill and options.get("fault_kind") == "kill-in-checkpoint":
+            _kill_in_checkpoint(state)  # never returns
         if rank == 0:
             now = time.monotonic()
             checkpoint = checkpoint_due(epoch, now)
@@ -348,7 +383,10 @@ def _train_and_report(cfg: RunConfig, resume_bytes: bytes | None, options: dict[
         if agree is not None and not agree(go_on):
             raise _Stop
         if drill:
-            raise InjectedFault(f"fault drill: first attempt stopped after epoch {epoch}")
+            torn = ""
+            if options.get("fault_kind") == "corrupt-checkpoint":
+                torn = f" and truncated {_truncate_newest_checkpoint()}"
+            raise InjectedFault(f"fault drill: first attempt stopped after epoch {epoch}{torn}")
 
     try:
         components = user_components(options.get("code_paths", ()), options.get("components"))
@@ -403,6 +441,127 @@ def load_state(data: bytes) -> dict[str, Any]:
     if not isinstance(state, dict) or "epoch" not in state:
         raise ValueError(f"trial checkpoint {_CKPT_FILE} is not a training state (no 'epoch')")
     return state
+
+
+def _storage_name(filesystem: Any, path: str) -> str:
+    """`path` on `filesystem` as a user finds it: a local path, else ``<scheme>://<path>``."""
+    kind = getattr(filesystem, "type_name", "local")
+    return path if kind == "local" or "::" in kind else f"{kind}://{path}"
+
+
+def _read_state(filesystem: Any, folder: str) -> tuple[bytes, int]:
+    """``state.pt`` of the checkpoint `folder` on `filesystem`: its bytes and epoch.
+
+    Raises:
+        OSError: if the file is missing or cannot be read.
+        ValueError: if it is not a readable training state (:func:`load_state`).
+    """
+    with filesystem.open_input_stream(f"{folder}/{_CKPT_FILE}") as stream:
+        data = stream.read()
+    return data, int(load_state(data)["epoch"])
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return "missing"
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
+def resume_state(checkpoint: tune.Checkpoint) -> tuple[bytes | None, str | None]:
+    """The ``state.pt`` bytes to resume from, given the checkpoint Tune returned.
+
+    When the checkpoint's ``state.pt`` cannot be read (missing, truncated, corrupt, or not
+    loadable with ``torch.load(weights_only=True)``), the trial's older checkpoint folders next
+    to it (``checkpoint_<index>`` with a lower index, on the same filesystem) are tried, newest
+    first.
+
+    Args:
+        checkpoint: ``tune.get_checkpoint()`` of the attempt (its ``path`` and ``filesystem``
+            locate the folder in the sweep's storage).
+
+    Returns:
+        ``(bytes, None)`` when the checkpoint is readable. Otherwise the bytes of the newest
+        readable older checkpoint (None: none is, the attempt starts from scratch) and one
+        line naming the unreadable file (its full path in the storage) and why, and what the
+        attempt resumes from instead.
+    """
+    fs, folder = checkpoint.filesystem, checkpoint.path.rstrip("/")
+    try:
+        return _read_state(fs, folder)[0], None
+    except (OSError, ValueError) as exc:
+        why = _why(exc)
+    line = (f"checkpoint {_storage_name(fs, f'{folder}/{_CKPT_FILE}')} cannot be read ({why}); "
+            f"skipped")
+    parent, _, name = folder.rpartition("/")
+    match = _CKPT_FOLDER.fullmatch(name)
+    older: list[tuple[int, str]] = []
+    if match is not None:
+        import pyarrow.fs
+
+        try:
+            infos = fs.get_file_info(pyarrow.fs.FileSelector(parent))
+        except OSError:
+            infos = []
+        for info in infos:
+            found = _CKPT_FOLDER.fullmatch(info.base_name)
+            if info.type == pyarrow.fs.FileType.Directory and found is not None and \
+                    int(found.group(1)) < int(match.group(1)):
+                older.append((int(found.group(1)), info.path))
+    unreadable = []
+    for _, path in sorted(older, reverse=True):
+        try:
+            data, epoch = _read_state(fs, path)
+        except (OSError, ValueError):
+            unreadable.append(path.rpartition("/")[2])
+            continue
+        also = f" (also unreadable: {', '.join(unreadable)})" if unreadable else ""
+        return data, (f"{line}; resuming from the older {_storage_name(fs, path)} (epoch "
+                      f"{epoch}){also}")
+    also = f" ({', '.join(unreadable)} unreadable too)" if unreadable else ""
+    return None, f"{line}; no older readable checkpoint{also}: the trial starts from scratch"
+
+
+def _trial_storage() -> tuple[Any, str, int]:
+    """The trial's storage filesystem, its folder there, and its last checkpoint's index."""
+    storage = tune.get_context().get_storage()
+    return storage.storage_filesystem, storage.trial_fs_path, storage.current_checkpoint_index
+
+
+def _kill_in_checkpoint(state: dict[str, Any]) -> None:
+    """Fault drill ``kill-in-checkpoint``: leave a torn checkpoint, then SIGKILL this process.
+
+    Writes `state` truncated to half its bytes as ``state.pt`` into the trial's next
+    ``checkpoint_<index>`` folder in storage (the folder Tune would persist the next
+    checkpoint to), as a copy interrupted by a kill leaves it; Tune never registers it.
+    """
+    fs, trial, index = _trial_storage()
+    with tempfile.TemporaryDirectory() as d:  # the bytes the complete checkpoint would hold
+        torch.save(state, Path(d) / _CKPT_FILE)
+        data = (Path(d) / _CKPT_FILE).read_bytes()
+    folder = f"{trial}/checkpoint_{index + 1:06d}"
+    fs.create_dir(folder)
+    with fs.open_output_stream(f"{folder}/{_CKPT_FILE}") as stream:
+        stream.write(data[: len(data) // 2])
+    logging.getLogger(__name__).warning("fault drill: torn checkpoint %s written; killing this "
+                                        "worker", _storage_name(fs, f"{folder}/{_CKPT_FILE}"))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _truncate_newest_checkpoint() -> str:
+    """Fault drill ``corrupt-checkpoint``: cut the newest checkpoint's ``state.pt`` in half.
+
+    Returns:
+        The file's path in the storage, or ``"no checkpoint"`` when the trial has none yet.
+    """
+    fs, trial, index = _trial_storage()
+    if index < 0:
+        return "no checkpoint"
+    path = f"{trial}/checkpoint_{index:06d}/{_CKPT_FILE}"
+    with fs.open_input_stream(path) as stream:
+        data = stream.read()
+    with fs.open_output_stream(path) as stream:
+        stream.write(data[: len(data) // 2])
+    return _storage_name(fs, path)
 
 
 def _tune_report(metrics: dict[str, Any], files: Path | dict[str, bytes] | None) -> None:
