@@ -132,6 +132,7 @@ def test_parent_artifacts_and_selection(acls_sweep, tmp_path):
     parent, children = _parent_and_children(acls_sweep["runs"])
     arts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"pareto.png", "trials.parquet", "best_config.yaml"} <= arts
+    assert "pareto.html" in arts
     local = client.download_artifacts(parent.info.run_id, "trials.parquet", str(tmp_path))
     table = pq.read_table(local).to_pandas()
     assert len(table) == N_TRIALS

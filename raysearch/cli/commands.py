@@ -213,6 +213,10 @@ _SWEEP_RUN_OPTIONS = [
     click.option("--fault-drill", default=None, type=click.IntRange(min=1), metavar="EPOCH",
                  help="Test the cluster's retry path: the first attempt of every trial fails "
                       "after EPOCH (use with --max-failures >= 1)."),
+    click.option("--fault-kind", default="raise", show_default=True, hidden=True,
+                 type=click.Choice(["raise", "kill-in-checkpoint", "corrupt-checkpoint"]),
+                 help="What --fault-drill does: raise, die (SIGKILL) while writing a checkpoint, "
+                      "or truncate the newest checkpoint then raise."),
 ]
 
 
@@ -382,17 +386,27 @@ def train(config: str, epochs: int | None, name: str | None, data_dir: str | Non
                    "ece_l2em, sweep_ce, marginal_ece, ks, ...) [default: the sweep's].")
 @click.option("--selection", default=None, type=click.Choice(["mean", "robust"]),
               help="Rule on a repeated sweep's configurations [default: the sweep's].")
+@click.option("--importance", is_flag=True,
+              help="Print the fANOVA importance of each searched parameter per objective "
+                   "instead, from the sweep's Optuna study.")
 @tracking_options
 @friendly_errors
 def report(name: str, show_all: bool, tolerance: float | None, calibrated: str | None,
-           plot: str | None, ece_metric: str | None, selection: str | None,
+           plot: str | None, ece_metric: str | None, selection: str | None, importance: bool,
            tracking_uri: str | None, experiment: str) -> None:
     """Print the Pareto table (validation and test side by side) and the selected trial.
 
     With --calibrated ts the front and the selection use the validation ECE after temperature
     scaling (fitted on half of each trial's validation set, measured on the other half), and
-    the test columns show the test ECE after it.
+    the test columns show the test ECE after it. With --importance: the fANOVA importances of
+    the searched parameters, one row each, one column per objective.
     """
+    if importance:
+        from raysearch.tune.study import importance_lines
+
+        for line in importance_lines(name, tracking_uri=tracking_uri, experiment=experiment):
+            click.echo(line)
+        return
     from raysearch.tracking.reports import report_lines
 
     for line in report_lines(name, tracking_uri=tracking_uri, experiment=experiment,

@@ -14,6 +14,7 @@ included):
 - :mod:`raysearch.tracking.book`: a sweep's child-run bookkeeping and its writer thread;
 - :mod:`raysearch.tracking.sweeps`: a sweep read back (its runs, trials table, configuration
   summaries, the selection on the table, a trial's stored outputs);
+- :mod:`raysearch.tracking.pareto_html`: a sweep's interactive Pareto front (``pareto.html``);
 - :mod:`raysearch.tracking.export`: :func:`finalize_sweep` and the exported best config;
 - :mod:`raysearch.tracking.reconcile`: a trial's child run reconciled with Ray Tune's records
   of it (what ``raysearch sync`` writes);
@@ -61,9 +62,13 @@ _FROM: dict[str, tuple[str, ...]] = {
         'COMPLETE_TAG', 'CONFIGURATION_TAG', 'CONFIG_TAG', 'DEFAULT_EXPERIMENT',
         'DRIVER_TAG', 'ERROR_TAG', 'EXPERIMENT_KIND', 'EXPERIMENT_KIND_TAG', 'METRIC_PREFIXES',
         'NODE_KEY', 'NODE_TAG', 'OUTCOME_TAG', 'PARENT_TAG', 'REPEATS_TAG', 'RESUMED_TAG',
-        'RECORDED_TAG', 'RETRIES_TAG', 'SEALED_OUTCOMES', 'SEEDS_TAG', 'SWEEP_TAG', 'TRIAL_TAG',
+        'RECORDED_TAG', 'RETRIES_TAG', 'SEALED_OUTCOMES', 'SKIPPED_TAG', 'SEEDS_TAG',
+        'SWEEP_TAG', 'TRIAL_TAG',
         'check_tracking_uri', 'default_tracking_uri', 'find_sweep', 'list_sweeps',
         'resolve_tracking_uri',
+    ),
+    'raysearch.tracking.pareto_html': (
+        'ERROR_KEYS', 'metric_pairs', 'pareto_html',
     ),
     'raysearch.tracking.pyfunc': (
         'CalibratedClassifier', 'register_calibrated_model', 'save_calibrated_model',

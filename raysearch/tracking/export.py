@@ -1,7 +1,8 @@
 """The end of a sweep and its export: the selection's artifacts and ``best_config.yaml``.
 
-:func:`finalize_sweep` applies the selection rule and attaches ``pareto.png``,
-``trials.parquet`` (``seeds.parquet``) and ``best_config.yaml`` to the parent run;
+:func:`finalize_sweep` applies the selection rule and attaches ``pareto.png`` (and its
+interactive ``pareto.html``), ``trials.parquet`` (``seeds.parquet``) and ``best_config.yaml``
+to the parent run;
 :func:`best_config_document` is the exported document and :func:`requirements` what it needs to
 train again (versions, the user's code behind its names); :func:`check_export_versions` says
 where this environment differs from an export's.
@@ -27,6 +28,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from raysearch.tracking.client import log_metrics
+from raysearch.tracking.pareto_html import pareto_html
 from raysearch.tracking.runs import (
     ERROR_TAG,
     OUTCOME_TAG,
@@ -130,6 +132,9 @@ def finalize_sweep(client: MlflowClient, parent_run_id: str, *, tolerance: float
                                   "ECE" if ece_key == "val_ece" else ece_key[len("val_"):]),
                               **bars)
             client.log_artifact(parent_run_id, str(Path(d) / "pareto.png"))
+            pareto_html(shown, Path(d) / "pareto.html", accuracy_key=accuracy_key,
+                        ece_key=ece_key, title=f"sweep {sweep_name}")
+            client.log_artifact(parent_run_id, str(Path(d) / "pareto.html"))
         if frame["selected"].any():
             best = frame[frame["selected"]].iloc[0]
             export = best_config_document(best, parent)

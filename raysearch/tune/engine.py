@@ -33,12 +33,13 @@ from raysearch import tracking
 from raysearch.config import _absolute
 from raysearch.tracking import ui
 from raysearch.tracking.reconcile import STORE_ERRORS
+from raysearch.tune import study as sweep_study
 from raysearch.tune.prepare import Prepared, build_shift, prepare_data
 from raysearch.tune.searchers import RepeatedSearcher
 from raysearch.tune.settings import OBJECTIVES, RAY_JOB_ENV, SAMPLERS, SCHEDULERS, SweepSettings
 from raysearch.tune.spaces import SearchSpace, load_space
 from raysearch.tune.storage import check_storage, resolve_storage
-from raysearch.tune.sync import reconcile_sweep
+from raysearch.tune.sync import reconcile_sweep, repair_checkpoints
 from raysearch.tune.trainable import COMPLETED, DIVERGED, run_trial, trial_env, trial_resources
 
 __all__ = ["OBJECTIVES", "SAMPLERS", "SCHEDULERS", "CompletedOnlyOptunaSearch", "SweepResult",
@@ -343,9 +344,15 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
     check_ray_address(settings.address)
     init_ray(settings.address, prepared.modules)
     check_gpus(settings)
+    ray_client = (settings.address or "").startswith("ray://")  # the searcher runs on the head
+    optuna_url = None if ray_client else sweep_study.optuna_storage_url(uri, storage)
+    if optuna_url:
+        sweep_study.check_new_study(optuna_url, name)
     parent = client.create_run(experiment_id, run_name=name,
                                tags={tracking.SWEEP_TAG: name, "raysearch.space": space.name,
-                                     tracking.DRIVER_TAG: _driver()})
+                                     tracking.DRIVER_TAG: _driver(),
+                                     **({sweep_study.STORAGE_TAG: optuna_url,
+                                         sweep_study.STUDY_TAG: name} if optuna_url else {})})
     parent_id = parent.info.run_id
     max_failures = settings.resolved_max_failures()
     tracking.log_params(client, parent_id, {
@@ -433,6 +440,8 @@ def resume_sweep(name: str, *, tracking_uri: str | None = None,
     settings.validate()
     storage = _resume_storage(record, name, storage_path)
     path = f"{storage.rstrip('/')}/{name}"
+    if sweep_study.STORAGE_TAG in parent.data.tags:  # the restored searcher reconnects to it
+        sweep_study.load_sweep_study(parent)
     if not tune.Tuner.can_restore(path):
         raise ValueError(f"sweep '{name}' cannot be resumed: no Tune experiment state under "
                          f"{path} (the driver stopped before Tune's first snapshot); start it "
@@ -454,6 +463,7 @@ def resume_sweep(name: str, *, tracking_uri: str | None = None,
     resumes = int(parent.data.tags.get("raysearch.resumes", 0)) + 1
     client.set_tag(parent_id, "raysearch.resumes", str(resumes))
     client.set_tag(parent_id, tracking.DRIVER_TAG, _driver())
+    repair_checkpoints(path, say)  # a snapshot naming a checkpoint Tune had deleted
     # what the killed driver never wrote to MLflow, from Tune's records, before the trials go on
     done = reconcile_sweep(client, parent, path, describe=_describer(space, settings),
                            repeats=settings.repeats, progress=say)
@@ -463,8 +473,11 @@ def resume_sweep(name: str, *, tracking_uri: str | None = None,
              f"{settings.num_samples} configurations x {settings.repeats} seeds")
     say(f"resuming sweep {name} from {path} ({count} of space "
         f"'{space.name}' on {settings.dataset}); MLflow {uri} (experiment '{experiment}')")
-    return _execute(space, settings, client, uri, parent.info.experiment_id, parent_id, name,
-                    storage, prepared, say, restore=path, components=components)
+    result = _execute(space, settings, client, uri, parent.info.experiment_id, parent_id, name,
+                      storage, prepared, say, restore=path, components=components)
+    if not result.interrupted:  # asks of the killed driver that no trial ran stay RUNNING
+        sweep_study.fail_stale_trials(parent)
+    return result
 
 
 def _resume_storage(record: dict[str, Any], name: str, given: str | None) -> str:
@@ -542,6 +555,7 @@ def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
                                  cpus_per_worker=settings.cpus_per_worker,
                                  gpus_per_worker=settings.gpus_per_worker,
                                  fault_epoch=settings.fault_epoch,
+                                 fault_kind=settings.fault_kind,
                                  metrics=tuple(settings.metrics),
                                  code_paths=prepared.code_paths,
                                  # the API's callables travel by value; names are resolved
@@ -781,10 +795,18 @@ def _new_tuner(space: SearchSpace, settings: SweepSettings, trainable: Any, call
     # a conditional space (all.yaml) first gives every method one trial, in file order, so
     # that each method is on the board before the sampler concentrates on the good ones
     warm_start = [{"method": m} for m in space.methods] if space.conditional else None
+    # the study lives in an RDB storage named after the sweep (the parent run's tags point to
+    # it; in memory through a Ray Client); Tune pickles the searcher with it, and a restored
+    # one reconnects to the same study
+    optuna_url = None if (settings.address or "").startswith("ray://") else \
+        sweep_study.optuna_storage_url(tracking.resolve_tracking_uri(settings.tracking_uri),
+                                       storage)
     searcher = CompletedOnlyOptunaSearch(
         space=space.define_by_run, metric=metric, mode=mode,
         sampler=make_sampler(settings.sampler, settings.seed),
-        points_to_evaluate=warm_start)
+        points_to_evaluate=warm_start, study_name=name,
+        storage=sweep_study.create_sweep_study(optuna_url, name, metric, mode) if optuna_url
+        else None)
     if settings.repeats > 1:  # R trials per sampled configuration; the sampler sees their mean
         searcher = RepeatedSearcher(searcher, settings.repeats)
     scheduler = None

@@ -1,0 +1,293 @@
+"""A sweep's interactive Pareto front: ``pareto.html``, one self-contained Plotly page.
+
+:func:`pareto_html` draws the rows of a sweep's trials table (:func:`~raysearch.tracking.sweeps.
+sweep_trials` with :func:`~raysearch.tracking.sweeps.annotate_selection`'s ``on_front`` and
+``selected``) in the (calibration error, accuracy) plane, as ``pareto.png`` does, with a
+dropdown for the metric pair and every trial's run name, params and metrics on hover. The page
+inlines plotly.js and loads nothing from the network (no CDN, no MathJax), so it opens from the
+MLflow artifact store, a laptop or an air-gapped cluster alike.
+
+Imports :mod:`raysearch.metrics.selection` and :mod:`raysearch.metrics.table` (metric names);
+:mod:`raysearch.tracking.export` imports it.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from raysearch.metrics.selection import pareto_front
+from raysearch.metrics.table import CALIBRATED_KEYS, DENSE_KEYS, ESTIMATOR_KEYS
+from raysearch.tracking.runs import METRIC_PREFIXES
+
+#: Calibration errors a trials table may hold as ``{split}_{key}`` (or ``{split}_{key}_{cal}``
+#: after a post-hoc calibrator): every metric name of :mod:`raysearch.metrics.table` that is
+#: lower-is-better, in its order.
+ERROR_KEYS = tuple(dict.fromkeys(
+    k for k in (*CALIBRATED_KEYS, *ESTIMATOR_KEYS, *DENSE_KEYS)
+    if k not in ("accuracy", "miou", "overconfidence", "underconfidence", "average_confidence")))
+#: Metrics in nats or on another scale than [0, 1]: drawn and shown as plain numbers, not %.
+_NOT_FRACTIONS = ("nll", "brier", "loss")
+_LABELS = {"accuracy": "accuracy", "miou": "mIoU", "ece": "ECE", "ece_100": "ECE (100 bins)",
+           "aece": "adaptive ECE", "cece": "classwise ECE", "mce": "MCE", "nll": "NLL",
+           "brier": "Brier score", "ece_l2em": "ECE (l2, equal mass)", "ks": "KS error",
+           "marginal_ece": "marginal ECE", "sweep_ce": "sweep CE", "debiased_ce": "debiased CE",
+           "ece_released": "ECE (released code)"}
+#: Columns of a trials table that are neither params nor metrics.
+_NOT_PARAMS = ("trial", "run_id", "trial_id", "status", "complete", "outcome", "config",
+               "on_front", "selected", "seed_run", "n_seeds")
+_SPLITS = ("val", "test")
+#: Plotly's default colour cycle (one colour per method, as ``pareto.png``).
+_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+            "#7f7f7f", "#bcbd22", "#17becf")
+
+
+def _split_key(column: str) -> tuple[str, str, str] | None:
+    """``(split, error key, calibrator)`` of a calibration-error column, else None."""
+    split, _, rest = column.partition("_")
+    if split not in _SPLITS:
+        return None
+    for key in sorted(ERROR_KEYS, key=len, reverse=True):
+        if rest == key:
+            return split, key, ""
+        if rest.startswith(key + "_"):
+            cal = rest[len(key) + 1:]
+            return None if cal in ("mean", "sem") or cal.endswith(("_mean", "_sem")) else (
+                split, key, cal)
+    return None
+
+
+def metric_pairs(frame: pd.DataFrame, accuracy_key: str = "val_accuracy",
+                 ece_key: str = "val_ece") -> list[tuple[str, str]]:
+    """The (accuracy, calibration error) column pairs :func:`pareto_html` offers for a table.
+
+    The selection's pair comes first; then, per split (``val``, ``test``), each calibration
+    error of :data:`ERROR_KEYS` the table holds with a value, paired with that split's accuracy
+    (the one after the same post-hoc calibrator, ``test_accuracy_ts`` with ``test_ece_ts``,
+    where the table has it).
+
+    Args:
+        frame: trials table (:func:`~raysearch.tracking.sweeps.sweep_trials`).
+        accuracy_key: the selection's accuracy column (``val_accuracy``; ``val_miou`` for
+            segmentation). Defaults to ``"val_accuracy"``.
+        ece_key: the selection's calibration-error column. Defaults to ``"val_ece"``.
+
+    Returns:
+        ``[(accuracy column, error column), ...]``, one pair per error column.
+    """
+    accuracy = accuracy_key.partition("_")[2] or "accuracy"
+    found = []
+    for column in frame.columns:
+        parts = _split_key(str(column)) if frame[column].notna().any() else None
+        if parts is None:
+            continue
+        split, key, cal = parts
+        acc = f"{split}_{accuracy}_{cal}" if cal else f"{split}_{accuracy}"
+        if acc not in frame or not frame[acc].notna().any():
+            acc = f"{split}_{accuracy}"
+        if acc in frame and frame[acc].notna().any():
+            found.append(((_SPLITS.index(split), cal != "", cal, ERROR_KEYS.index(key)),
+                          (acc, str(column))))
+    pairs = {ece_key: accuracy_key}  # one pair per error column: the selection's first
+    for _, (acc, err) in sorted(found):
+        pairs.setdefault(err, acc)
+    return [(acc, err) for err, acc in pairs.items()]
+
+
+def _label(column: str) -> str:
+    """``val_ece_ts`` -> ``val ECE (ts)``; ``test_accuracy`` -> ``test accuracy``."""
+    split, _, rest = column.partition("_")
+    parts = _split_key(column)
+    key, cal = (parts[1], parts[2]) if parts else next(
+        ((k, rest[len(k) + 1:]) for k in ("accuracy", "miou")
+         if rest == k or rest.startswith(k + "_")), (rest, ""))
+    return f"{split} {_LABELS.get(key, key)}" + (f" ({cal})" if cal else "")
+
+
+def _flag(value: Any) -> bool:
+    """A table's bool cell (numpy or Python; None and NaN are False)."""
+    return value is not None and value == value and bool(value)
+
+
+def _is_fraction(column: str) -> bool:
+    return column.startswith(METRIC_PREFIXES) and not any(
+        f"_{n}" in column for n in _NOT_FRACTIONS)
+
+
+def _value(column: str, value: Any) -> str:
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        return f"{100 * value:.2f}%" if _is_fraction(column) else f"{value:.4g}"
+    return str(value)
+
+
+def _hover(row: pd.Series, params: list[str], metrics: list[str]) -> str:
+    """A trial's hover text: run name, outcome, params, then metrics, a few per line."""
+    def missing(v: Any) -> bool:
+        return v is None or (isinstance(v, float) and math.isnan(v))
+
+    marks = [m for m, on in (("selected", row.get("selected")),
+                             ("on the Pareto front", row.get("on_front"))) if _flag(on)]
+    head = f"<b>{html.escape(str(row.get('trial', '')))}</b>"
+    if marks:
+        head += " (" + ", ".join(marks) + ")"
+    lines = [head]
+    if "outcome" in row and not missing(row["outcome"]):
+        lines.append(f"outcome: {html.escape(str(row['outcome']))}")
+
+    def block(title: str, columns: list[str]) -> None:
+        items = [f"{html.escape(c)}={html.escape(_value(c, row[c]))}" for c in columns
+                 if not missing(row[c])]
+        for i in range(0, len(items), 4):
+            lines.append((f"{title}: " if i == 0 else "    ") + ", ".join(items[i:i + 4]))
+
+    block("params", params)
+    for prefix in METRIC_PREFIXES:
+        block(prefix.rstrip("_"), [c for c in metrics if c.startswith(prefix)])
+    return "<br>".join(lines)
+
+
+def _axis(name: str, column: str) -> dict[str, Any]:
+    """Relayout keys of axis `name` (``xaxis``, ``yaxis``) for a metric column."""
+    unit = " (nats)" if "_nll" in column else ""
+    return {f"{name}.title.text": _label(column) + unit,
+            f"{name}.tickformat": ".1%" if _is_fraction(column) else ".3~g"}
+
+
+def _numbers(frame: pd.DataFrame, column: str) -> list[float | None]:
+    values = pd.to_numeric(frame[column], errors="coerce") if column in frame else \
+        pd.Series([math.nan] * len(frame))
+    return [float(v) if math.isfinite(v) else None for v in values.astype(float)]
+
+
+def pareto_html(frame: pd.DataFrame, path: str | Path, *, accuracy_key: str = "val_accuracy",
+                ece_key: str = "val_ece", title: str = "") -> Path:
+    """Write a sweep's interactive Pareto front: one self-contained HTML page (Plotly).
+
+    One point per row of `frame` (a trial, or a repeated sweep's configuration), x the
+    calibration error and y the accuracy (both in percent but NLL, in nats, and the Brier
+    score), coloured by ``method``; a line joins the Pareto front and a star marks the selected
+    trial. A dropdown switches the metric pair (:func:`metric_pairs`: the selection's pair
+    first, then the validation and test calibration errors the table holds); the front of the
+    selection's pair is ``on_front``, that of another pair is recomputed on it
+    (:func:`~raysearch.metrics.selection.pareto_front`). Hovering a point shows the trial's
+    child-run name, its params and its final metrics. ``_sem`` columns (a repeated sweep) are
+    drawn as ±1 SEM error bars. plotly.js is inlined and no MathJax is used, so the page loads
+    nothing from the network.
+
+    Args:
+        frame: trials table with ``trial`` (the child run's name), ``on_front`` and
+            ``selected`` (:func:`~raysearch.tracking.sweeps.annotate_selection`); usually the
+            complete trials only, as ``pareto.png`` draws.
+        path: output ``.html`` path.
+        accuracy_key: accuracy column of the selection (a fraction in [0, 1]). Defaults to
+            ``"val_accuracy"``.
+        ece_key: calibration-error column of the selection (a fraction in [0, 1]). Defaults
+            to ``"val_ece"``.
+        title: page and figure title.
+
+    Returns:
+        The path written.
+
+    Raises:
+        ValueError: if `frame` has no rows, or lacks ``trial``, ``on_front``, ``selected``,
+            `accuracy_key` or `ece_key`.
+    """
+    import plotly.graph_objects as go
+
+    if frame.empty:
+        raise ValueError("pareto_html: the trials table has no rows")
+    missing = [c for c in ("trial", "on_front", "selected", accuracy_key, ece_key)
+               if c not in frame]
+    if missing:
+        raise ValueError(f"pareto_html: the trials table has no column {missing[0]!r}")
+    frame = frame.reset_index(drop=True)
+    metrics = [str(c) for c in frame.columns if str(c).startswith(METRIC_PREFIXES)]
+    params = [str(c) for c in frame.columns
+              if str(c) not in _NOT_PARAMS and str(c) not in metrics]
+    text = [_hover(row, params, metrics) for _, row in frame.iterrows()]
+    groups = frame["method"].astype(str) if "method" in frame else pd.Series(
+        ["trials"] * len(frame))
+    names = list(dict.fromkeys(groups))
+    members = [[i for i, g in enumerate(groups) if g == name] for name in names]
+    selected = [i for i, s in enumerate(frame["selected"]) if _flag(s)]
+    pairs = metric_pairs(frame, accuracy_key, ece_key)
+
+    def traces(acc: str, err: str) -> dict[str, list[Any]]:
+        """Per-trace x, y and error bars for one metric pair (the order of ``fig.data``)."""
+        x, y = _numbers(frame, err), _numbers(frame, acc)
+        if (acc, err) == (accuracy_key, ece_key):
+            front = [i for i, f in enumerate(frame["on_front"]) if _flag(f)]
+        else:
+            with warnings.catch_warnings():  # a drawn front of test metrics selects nothing
+                warnings.filterwarnings("ignore", "selecting on", UserWarning)
+                front = pareto_front(frame.assign(**{acc: y, err: x}), accuracy=acc, ece=err)
+        front = sorted((i for i in front if x[i] is not None and y[i] is not None),
+                       key=lambda i: (x[i], y[i]))
+        sem_x, sem_y = _numbers(frame, err + "_sem"), _numbers(frame, acc + "_sem")
+        bars = any(v is not None for v in sem_x + sem_y)
+        out: dict[str, list[Any]] = {"x": [], "y": [], "error_x": [], "error_y": []}
+        for rows in members:
+            out["x"].append([x[i] for i in rows])
+            out["y"].append([y[i] for i in rows])
+            out["error_x"].append({"type": "data", "visible": bars,
+                                   "array": [sem_x[i] for i in rows]})
+            out["error_y"].append({"type": "data", "visible": bars,
+                                   "array": [sem_y[i] for i in rows]})
+        for rows in (front, selected[:1]):
+            out["x"].append([x[i] for i in rows])
+            out["y"].append([y[i] for i in rows])
+            out["error_x"].append({"visible": False})
+            out["error_y"].append({"visible": False})
+        return out
+
+    first = traces(*pairs[0])
+    fig = go.Figure()
+    for k, (name, rows) in enumerate(zip(names, members, strict=True)):
+        fig.add_trace(go.Scatter(
+            x=first["x"][k], y=first["y"][k], mode="markers", name=name,
+            text=[text[i] for i in rows], hovertemplate="%{text}<extra></extra>",
+            error_x=first["error_x"][k], error_y=first["error_y"][k],
+            marker={"size": 9, "color": _COLOURS[k % len(_COLOURS)], "opacity": 0.85,
+                    "line": {"width": [2 if _flag(frame["on_front"][i]) else 0
+                                       for i in rows], "color": "black"}}))
+    fig.add_trace(go.Scatter(x=first["x"][-2], y=first["y"][-2], mode="lines",
+                             name="Pareto front", hoverinfo="skip",
+                             line={"color": "black", "width": 1.5, "dash": "dash"}))
+    fig.add_trace(go.Scatter(
+        x=first["x"][-1], y=first["y"][-1], mode="markers", name="selected",
+        text=[text[i] for i in selected[:1]], hovertemplate="%{text}<extra></extra>",
+        marker={"symbol": "star", "size": 20, "color": "gold",
+                "line": {"width": 1.5, "color": "black"}}))
+    buttons = []
+    for acc, err in pairs:
+        data = traces(acc, err)
+        label = f"{_label(acc)} vs {_label(err)}"
+        buttons.append({"label": label, "method": "update",
+                        "args": [data, {**_axis("xaxis", err), **_axis("yaxis", acc),
+                                        "title.text": f"{title}<br><sup>{label}</sup>"
+                                        if title else label}]})
+    label = buttons[0]["label"]
+    fig.update_layout(
+        title={"text": f"{title}<br><sup>{label}</sup>" if title else label},
+        template="plotly_white",
+        hoverlabel={"align": "left"}, legend={"title": {"text": "method"}},
+        updatemenus=[{"buttons": buttons, "direction": "down", "showactive": True,
+                      "x": 1.0, "xanchor": "right", "y": 1.02, "yanchor": "bottom"}],
+        margin={"t": 110})
+    fig.update_layout({**_axis("xaxis", pairs[0][1]), **_axis("yaxis", pairs[0][0])})
+    path = Path(path)
+    fig.write_html(path, include_plotlyjs=True, include_mathjax=False, full_html=True,
+                   config={"displaylogo": False}, div_id="pareto",
+                   default_width="100%", default_height="90vh")
+    if title:  # the page's <title> (Plotly writes none)
+        page = path.read_text(encoding="utf-8")
+        path.write_text(page.replace("<head>", f"<head><title>{html.escape(title)}</title>", 1),
+                        encoding="utf-8")
+    return path

@@ -1,0 +1,272 @@
+"""The sweep's Optuna study, kept in an Optuna RDB storage outside the Ray driver.
+
+A sweep's searcher (:class:`raysearch.tune.engine.CompletedOnlyOptunaSearch`) writes every trial
+it asks and tells to the Optuna study named after the sweep, in an SQLite file
+(:func:`optuna_storage_url`): beside a SQLite MLflow store (``optuna.db`` in the folder of
+``mlruns.db``), else in the sweep's Tune storage folder. The parent MLflow run holds the
+storage URL (tag :data:`STORAGE_TAG`) and the study's name (tag :data:`STUDY_TAG`), so that
+``optuna-dashboard <url>`` shows the study while the sweep runs and ``raysearch report NAME
+--importance`` (:func:`importance_lines`) reads it afterwards.
+
+Through a Ray Client (``--address ray://...``) Tune runs the searcher on the head node, where
+a file of this machine is not: the study then stays in the searcher's memory, as before, and
+the sweep has no study tags. With a cluster's GCS address (``host:port``) the driver, hence the
+searcher, is this process.
+
+Resuming a sweep continues the same study: Tune pickles the searcher with its storage, and an
+``optuna.storages.RDBStorage`` unpickles by reconnecting to its URL (an absolute SQLite path),
+so the restored searcher tells the resumed trials to the study that holds the first run's.
+Trials a killed driver asked after Tune's last snapshot end FAIL when the resumed sweep ends
+(:func:`fail_stale_trials`).
+
+Part of the tune layer; imports Optuna at import time, MLflow (through
+:mod:`raysearch.tracking`) only inside :func:`importance_lines`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from raysearch.tune.storage import is_uri
+
+__all__ = ["STORAGE_FILE", "STORAGE_TAG", "STUDY_TAG", "check_new_study", "create_sweep_study",
+           "fail_stale_trials", "importance_lines", "load_sweep_study", "open_storage",
+           "optuna_storage_url", "param_importances"]
+
+#: Parent-run tag holding the URL of the sweep's Optuna storage.
+STORAGE_TAG = "raysearch.optuna_storage"
+#: Parent-run tag holding the name of the sweep's Optuna study (the sweep's name).
+STUDY_TAG = "raysearch.optuna_study"
+#: File name of the Optuna SQLite database.
+STORAGE_FILE = "optuna.db"
+#: Seconds an SQLite write waits for a reader (``optuna-dashboard``) to let go of the file.
+SQLITE_TIMEOUT_S = 30.0
+
+
+def optuna_storage_url(tracking_uri: str, storage_path: str) -> str:
+    """The SQLAlchemy URL of the Optuna storage of a sweep.
+
+    - A SQLite MLflow store (``sqlite:////abs/path/mlruns.db``; a relative one is taken
+      against the current directory): ``sqlite:////abs/path/optuna.db``, in the same folder.
+    - Any other store (an ``http(s)://`` tracking server, a database URI): ``optuna.db`` in the
+      sweep's Tune storage folder (``<storage_path>/optuna.db``), or in the current directory
+      when that storage is remote (``s3://``, ``gs://``, ...): SQLite needs a local file.
+
+    Every sweep of a folder shares the file; each has its own study, named after the sweep.
+
+    Args:
+        tracking_uri (str): the sweep's MLflow tracking URI.
+        storage_path (str): the sweep's Tune storage path (a local folder or a URI).
+
+    Returns:
+        str: ``sqlite:///`` followed by an absolute path.
+    """
+    if tracking_uri.startswith("sqlite:///"):
+        folder = (Path.cwd() / tracking_uri[len("sqlite:///"):]).resolve().parent
+    elif storage_path.startswith("file://"):
+        folder = Path(storage_path[len("file://"):]).resolve()
+    elif is_uri(storage_path):
+        folder = Path.cwd().resolve()
+    else:
+        folder = Path(storage_path).expanduser().resolve()
+    return f"sqlite:///{folder / STORAGE_FILE}"
+
+
+def open_storage(url: str) -> optuna.storages.RDBStorage:
+    """An Optuna RDB storage at `url` (created if missing), for the driver's writes.
+
+    SQLite waits up to :data:`SQLITE_TIMEOUT_S` for a lock held by a reader. The storage
+    pickles with its URL and reconnects when unpickled (how Tune saves and restores a searcher).
+
+    Raises:
+        ValueError: if the database cannot be opened or created (one line naming `url`).
+    """
+    try:
+        return optuna.storages.RDBStorage(
+            url, engine_kwargs={"connect_args": {"timeout": SQLITE_TIMEOUT_S}})
+    except Exception as exc:  # noqa: BLE001 (SQLAlchemy's errors: a missing folder, a bad file)
+        reason = " ".join(str(exc).split())[:200]
+        raise ValueError(f"cannot open the Optuna storage {url}: {reason}") from None
+
+
+def check_new_study(url: str, name: str) -> None:
+    """Refuse a sweep name whose study the storage at `url` already holds.
+
+    Two experiments of one MLflow store may hold sweeps of the same name; their trials would
+    be mixed in one study.
+
+    Raises:
+        ValueError: one line naming the study and the storage, or if it cannot be opened.
+    """
+    try:
+        open_storage(url).get_study_id_from_name(name)
+    except KeyError:
+        return
+    raise ValueError(f"the Optuna storage {url} already holds a study named '{name}' (a sweep "
+                     "of that name in another experiment?): choose another --name")
+
+
+def create_sweep_study(url: str, name: str, metric: str | list[str],
+                       mode: str | list[str]) -> optuna.storages.RDBStorage:
+    """Create the study of sweep `name` at `url` and return the storage for ``OptunaSearch``.
+
+    The study gets the searcher's directions and its metric names (``val_accuracy``,
+    ``val_ece``: what ``optuna-dashboard`` and :func:`importance_lines` label the objectives
+    with); ``OptunaSearch(study_name=name, storage=...)`` then loads it.
+
+    Args:
+        url (str): the storage URL (:func:`optuna_storage_url`).
+        name (str): the sweep's name, the study's.
+        metric (str | list[str]): the searcher's metric, or one per objective.
+        mode (str | list[str]): ``"min"`` or ``"max"``, or one per objective.
+
+    Returns:
+        optuna.storages.RDBStorage: the storage.
+
+    Raises:
+        ValueError: if the study exists already (:func:`check_new_study`) or the storage cannot
+            be opened.
+    """
+    metrics = [metric] if isinstance(metric, str) else list(metric)
+    modes = [mode] if isinstance(mode, str) else list(mode)
+    check_new_study(url, name)
+    storage = open_storage(url)
+    study = optuna.create_study(storage=storage, study_name=name,
+                                directions=["minimize" if m == "min" else "maximize"
+                                            for m in modes])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(metrics)
+    return storage
+
+
+def param_importances(study: optuna.Study) -> dict[str, dict[str, float]]:
+    """The fANOVA importances of the study's parameters, per objective.
+
+    ``optuna.importance.FanovaImportanceEvaluator(seed=0)`` (Hutter et al. 2014, "An Efficient
+    Approach for Assessing Hyperparameter Importance", ICML): the fraction of the variance of
+    an objective, over a random forest fitted to the complete trials, that each parameter
+    explains alone; per objective the importances sum to 1. A parameter that only some trials
+    have (a conditional space's per-method parameters) is left out.
+
+    Args:
+        study (optuna.Study): a study with at least 2 complete trials.
+
+    Returns:
+        dict[str, dict[str, float]]: ``{objective name: {parameter: importance in [0, 1]}}``,
+        objectives in the study's order (named by its metric names, else ``objective <i>``),
+        parameters by decreasing importance.
+
+    Raises:
+        ValueError: if the study has fewer than 2 complete trials.
+    """
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if len(complete) < 2:
+        raise ValueError(f"the Optuna study '{study.study_name}' has {len(complete)} complete "
+                         "trials; parameter importances need at least 2")
+    names = study.metric_names or [f"objective {i}" for i in range(len(study.directions))]
+    multi = len(study.directions) > 1
+    out: dict[str, dict[str, float]] = {}
+    for i, objective in enumerate(names):
+        evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
+        target = (lambda t, i=i: t.values[i]) if multi else None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            out[objective] = optuna.importance.get_param_importances(
+                study, evaluator=evaluator, target=target)
+    return out
+
+
+def load_sweep_study(parent: Any) -> optuna.Study:
+    """The Optuna study of the sweep whose parent MLflow run is `parent` (from its tags).
+
+    Raises:
+        ValueError: if the run has no :data:`STORAGE_TAG` (a sweep of an older raysearch, or
+            one run through a Ray Client), its
+            SQLite file is missing or it holds no such study.
+    """
+    tags = parent.data.tags
+    name = tags.get(STUDY_TAG) or tags.get("raysearch.sweep", "")
+    url = tags.get(STORAGE_TAG)
+    if not url:
+        raise ValueError(f"sweep '{name}' has no Optuna study recorded (no {STORAGE_TAG} tag: "
+                         "it was started by an older raysearch or through a Ray Client)")
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
+        raise ValueError(f"the Optuna storage of sweep '{name}' is missing: no file "
+                         f"{url[len('sqlite:///'):]}")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        return optuna.load_study(study_name=name, storage=open_storage(url))
+    except KeyError:
+        raise ValueError(f"the Optuna storage {url} holds no study named '{name}' (was "
+                         f"{STORAGE_FILE} moved or deleted?)") from None
+
+
+def fail_stale_trials(parent: Any) -> int:
+    """End as FAIL the RUNNING trials of a resumed sweep's study once all its trials ended.
+
+    A driver killed between two of Tune's snapshots leaves trials its searcher had asked but
+    the restored searcher does not know (Tune runs new trials in their place); they would stay
+    RUNNING in the study forever. Call it only when the sweep's trials have all ended.
+
+    Args:
+        parent: the sweep's parent MLflow run (a run without :data:`STORAGE_TAG` is skipped).
+
+    Returns:
+        int: how many trials were ended.
+    """
+    if STORAGE_TAG not in parent.data.tags:
+        return 0
+    study = load_sweep_study(parent)
+    storage = open_storage(parent.data.tags[STORAGE_TAG])
+    study_id = storage.get_study_id_from_name(study.study_name)
+    stale = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    for trial in stale:
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+        storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL)
+    return len(stale)
+
+
+def importance_lines(name: str, *, tracking_uri: str | None = None,
+                     experiment: str = "raysearch") -> list[str]:
+    """The fANOVA importance table of sweep `name` (``raysearch report NAME --importance``).
+
+    One row per searched parameter, one column per objective (:func:`param_importances`),
+    read from the study the parent run's tags point to.
+
+    Args:
+        name: the sweep's name.
+        tracking_uri: its MLflow store (default: ``$MLFLOW_TRACKING_URI`` or
+            ``sqlite:///<cwd>/mlruns.db``).
+        experiment: its experiment.
+
+    Returns:
+        The lines: a heading naming the study and its storage, the column header, the rows.
+
+    Raises:
+        ValueError: if the sweep is unknown, has no study (an older sweep) or fewer than 2
+            complete trials.
+    """
+    from raysearch.tracking import find_sweep, get_client
+    from raysearch.tracking.reports import quiet_mlflow
+
+    quiet_mlflow()
+    client, _ = get_client(tracking_uri)
+    parent = find_sweep(client, name, experiment)
+    study = load_sweep_study(parent)
+    table = param_importances(study)
+    objectives = list(table)
+    params = list(table[objectives[0]])
+    n = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+    width = max(len("parameter"), *(len(p) for p in params)) if params else len("parameter")
+    lines = [f"sweep {name}: fANOVA importances over {n} complete trials (Optuna study "
+             f"'{study.study_name}' in {parent.data.tags[STORAGE_TAG]})",
+             "  ".join([f"{'parameter':<{width}}", *(f"{o:>14}" for o in objectives)])]
+    for p in params:
+        lines.append("  ".join([f"{p:<{width}}",
+                                *(f"{table[o].get(p, 0.0):>14.3f}" for o in objectives)]))
+    return lines
