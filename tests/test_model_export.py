@@ -23,6 +23,7 @@ from raysearch.config import RunConfig
 from raysearch.tracking import trial_outputs
 from raysearch.tracking.pyfunc import save_calibrated_model
 from raysearch.training.run_parts import load_run_data
+from raysearch.tune.sync import trial_weights
 
 
 def make_net(num_classes, input_shape, hidden=32):
@@ -51,13 +52,21 @@ def _stored(uri: str, run_id: str):
 def test_register_a_built_in_model_and_load_it_by_its_models_uri(ray_session, tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
     raysearch.sweep("ce", num_samples=2, epochs=2, posthoc=(), name="reg", tracking_uri=uri,
-                    storage_path=str(tmp_path / "ray"), progress=None)
+                    storage_path=str(tmp_path / "ray"), log_weights=True, progress=None)
     result = CliRunner().invoke(main, ["export", "reg", "--register", "digits-ce",
                                        "--tracking-uri", uri])
     assert result.exit_code == 0, result.output
     assert "registered: mlflow.pyfunc.load_model('models:/digits-ce/1')" in result.output
-    assert "weights from the trial's checkpoint, calibrator ts" in result.output
+    # --log-weights reached the trials: the run keeps the weights its last checkpoint holds
+    assert "weights from the trial's run, calibrator ts" in result.output
     doc = raysearch.export("reg", tracking_uri=uri)
+    client = MlflowClient(uri)
+    on_run = torch.load(client.download_artifacts(doc["run_id"], "weights.pt", str(tmp_path)),
+                        weights_only=True)
+    tid = client.get_run(doc["run_id"]).data.tags["raysearch.trial_id"]
+    in_checkpoint = trial_weights(str(tmp_path / "ray" / "reg"), tid)
+    assert on_run.keys() == in_checkpoint.keys()
+    assert all(torch.equal(on_run[k], in_checkpoint[k]) for k in on_run)
 
     mlflow.set_tracking_uri(uri)
     model = mlflow.pyfunc.load_model("models:/digits-ce/1")

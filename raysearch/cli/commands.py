@@ -204,6 +204,10 @@ _SWEEP_RUN_OPTIONS = [
                  help="Calibration error of the objective, the Pareto front and the selection "
                       "rule: ece, ece_100, aece, cece, ece_l2em, debiased_ce, sweep_ce, "
                       "marginal_ece, ks, brier, nll, or your --metric's name."),
+    click.option("--log-weights", is_flag=True,
+                 help="Keep each complete trial's final weights on its MLflow run (weights.pt); "
+                      "`export --register` then reads them there [default: only in Tune's "
+                      "checkpoints]."),
     click.option("--checkpoint-every", default=None, type=click.IntRange(min=0), metavar="N",
                  help="Checkpoint every N epochs (0: the last epoch only) [default: once a "
                       "minute of training]."),

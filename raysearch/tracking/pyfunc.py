@@ -31,7 +31,8 @@ from mlflow.pyfunc import PythonModel
 from mlflow.tracking import MlflowClient
 from mlflow.types import Schema, TensorSpec
 
-WEIGHTS_FILE = "weights.pt"
+from raysearch.training.records import WEIGHTS_FILE
+
 CONFIG_FILE = "best_config.yaml"
 MODEL_PATH = "model"  # the artifact folder of a registered model in its trial's run
 _BATCH = 1024

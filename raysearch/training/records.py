@@ -9,7 +9,8 @@ imports the other. Plain constants: this module imports nothing.
 
 __all__ = ["ARTIFACT_FILES", "CHECKPOINT_SKIPPED", "CLASS_IOU", "COMPLETED", "CONFIDENCE_PLOT",
            "CONFIG_ID_KEY", "DIVERGED", "EPOCH_HISTORY", "LOGITS_FILE", "NODE_ID", "RELIABILITY",
-           "RELIABILITY_PLOT", "RESUMED_FROM", "SEED_INDEX_KEY", "SHIFT_PLOT", "SHIFT_TABLE"]
+           "RELIABILITY_PLOT", "RESUMED_FROM", "SEED_INDEX_KEY", "SHIFT_PLOT", "SHIFT_TABLE",
+           "WEIGHTS_FILE"]
 
 #: Parquet file (in the final checkpoint and the MLflow run) with val/test logits and labels.
 LOGITS_FILE = "logits.parquet"
@@ -29,9 +30,11 @@ DIVERGED = "diverged"
 RELIABILITY = "test_reliability"
 #: Reliability diagram of the test set, drawn by the trial, in its final checkpoint.
 RELIABILITY_PLOT = "reliability.png"
+#: The final weights (the model's state dict) of a trial of a sweep run with ``--log-weights``.
+WEIGHTS_FILE = "weights.pt"
 #: Files of the final checkpoint that the tracking callback attaches to the trial's run.
 ARTIFACT_FILES = (LOGITS_FILE, RELIABILITY_PLOT, SHIFT_TABLE, SHIFT_PLOT, CLASS_IOU,
-                  CONFIDENCE_PLOT)
+                  CONFIDENCE_PLOT, WEIGHTS_FILE)
 #: Result key holding the ID of the Ray node that trained (rank 0's node in a DDP trial).
 NODE_ID = "node_id"
 #: Result key, in every report of an attempt that resumed from a checkpoint: the epoch of that

@@ -556,6 +556,7 @@ def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
                                  gpus_per_worker=settings.gpus_per_worker,
                                  fault_epoch=settings.fault_epoch,
                                  fault_kind=settings.fault_kind,
+                                 log_weights=settings.log_weights,
                                  metrics=tuple(settings.metrics),
                                  code_paths=prepared.code_paths,
                                  # the API's callables travel by value; names are resolved

@@ -180,6 +180,9 @@ class SweepSettings(BaseModel):
             (default): 1000 with `shift_eval`, every image with `shift_data`.
         max_failures: how often Tune retries a trial that raised or whose node died; None
             (default): 2 on a cluster, else 0. A diverged trial is never retried.
+        log_weights: every complete trial also keeps its final weights (the model's state
+            dict) as ``weights.pt`` on its MLflow run; False (default): only in its last Tune
+            checkpoint, where ``raysearch export --register`` reads them.
         fault_epoch: a fault drill: the first attempt of every trial raises after reporting
             this epoch; None: never.
         fault_kind: what the drill at `fault_epoch` does (:data:`FAULT_KINDS`): ``raise``
@@ -237,6 +240,7 @@ class SweepSettings(BaseModel):
     shift_data: str | None = None
     shift_samples: int | None = None
     max_failures: int | None = None
+    log_weights: bool = False
     fault_epoch: int | None = None
     fault_kind: str = "raise"
     crop_size: int | None = None

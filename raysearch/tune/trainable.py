@@ -47,6 +47,7 @@ from raysearch.training.records import NODE_ID as NODE_ID
 from raysearch.training.records import RELIABILITY as RELIABILITY
 from raysearch.training.records import RELIABILITY_PLOT as RELIABILITY_PLOT
 from raysearch.training.records import RESUMED_FROM as RESUMED_FROM
+from raysearch.training.records import WEIGHTS_FILE as WEIGHTS_FILE
 from raysearch.training.registries import metric_functions
 from raysearch.training.run import DivergedError, fit, load_run_data
 from raysearch.training.tasks import (  # noqa: F401 (file names re-exported for the tracking callback)
@@ -153,7 +154,8 @@ def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str
               cpus_per_trial: float = 1.0,
               shift_set: Any = None, workers: int = 1, cpus_per_worker: float = 1.0,
               gpus_per_worker: float = 0.0, fault_epoch: int | None = None,
-              fault_kind: str = "raise", metrics: tuple[str, ...] = (),
+              fault_kind: str = "raise", log_weights: bool = False,
+              metrics: tuple[str, ...] = (),
               code_paths: tuple[str, ...] = (), components: bytes | None = None) -> None:
     """Tune function trainable: train one configuration and report to Tune.
 
@@ -199,6 +201,8 @@ def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str
             sees a dead worker; ``corrupt-checkpoint``: after reporting epoch `fault_epoch`,
             the attempt truncates the ``state.pt`` of its newest checkpoint in storage, then
             raises :class:`InjectedFault`. Both need ``workers == 1``.
+        log_weights: also write the final weights (the model's state dict) as ``weights.pt``
+            into the last checkpoint, which the tracking callback attaches to the trial's run.
         metrics: a user's metric functions by import string (or API label): logged as
             ``val_<fn>`` every epoch and ``test_<fn>`` at the end.
         code_paths: folders of the user's code (the driver's current directory and the
@@ -266,6 +270,7 @@ def run_trial(config: dict[str, Any], *, space: SearchSpace, overrides: dict[str
     options = {"posthoc": tuple(posthoc), "checkpoint_every": checkpoint_every,
                "report_every_epoch": report_every_epoch, "precision": precision,
                "shift_set": shift_set, "fault_epoch": fault_epoch, "fault_kind": fault_kind,
+               "log_weights": log_weights,
                # a drill fires in the first attempt only (a retry that found no readable
                # checkpoint starts from scratch, but does not drill again)
                "first_attempt": checkpoint is None, CHECKPOINT_SKIPPED: skipped,
@@ -591,6 +596,8 @@ def _final_report(result: Any, cfg: RunConfig, test: Any, last_state: dict[str, 
         RELIABILITY: _bins_record(task.test_bins(result, cfg.ece_bins)),
     }
     torch.save(last_state, out / _CKPT_FILE)
+    if options.get("log_weights") and "model" in last_state:  # the run keeps them too
+        torch.save(last_state["model"], out / WEIGHTS_FILE)
     _draw_reliability(final, out / RELIABILITY_PLOT, options.get("trial_id", "trial"))
     final.update(task.write_artifacts(result, cfg, options, out, test))
     return final
