@@ -144,7 +144,7 @@ def scenario(space: str, trials: int, epochs: int, concurrency: int, seconds: fl
     uri = f"sqlite:///{tmp}/bench.db"
     client, uri = tracking.get_client(uri)
     tracking.ensure_experiment(client, tracking.DEFAULT_EXPERIMENT, uri)  # store made before
-    init_ray()
+    init_ray("local")  # a Ray of its own, never another user's running one
     settings = SweepSettings(num_samples=trials, max_concurrent=concurrency, epochs=epochs,
                              seed=0, name=f"bench-{epochs}", tracking_uri=uri,
                              storage_path=str(tmp / "ray"))
