@@ -192,6 +192,7 @@ def one_node():
     cluster.shutdown()
 
 
+@pytest.mark.slow  # a kill drill of about a minute: nightly, with the other drills
 def test_resume_after_the_driver_was_killed(one_node, tmp_path):
     uri, common, proc = _start_sweep(one_node, tmp_path, "killed", trials=4, epochs=20)
 
