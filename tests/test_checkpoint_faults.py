@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from drills import uninterrupted
 from mlflow.tracking import MlflowClient
 from ray import tune
 
 from raysearch.config import RunConfig
-from raysearch.training.run import fit
 from raysearch.tune.engine import SweepSettings, run_sweep
 from raysearch.tune.trainable import load_state, resume_state, run_trial
 
@@ -139,13 +139,7 @@ def _assert_as_uninterrupted(client: MlflowClient, run) -> None:
         steps = sorted(m.step for m in client.get_metric_history(run_id, key))
         assert steps == [1, 2, 3, 4, 5], key
     cfg = RunConfig.from_dict(json.loads(run.data.tags["raysearch.config"]))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as in the trial
-    per_epoch: list[dict] = []
-    try:
-        straight = fit(cfg, on_epoch=lambda epoch, metrics, state: per_epoch.append(metrics))
-    finally:
-        torch.set_num_threads(threads)
+    straight, per_epoch = uninterrupted(cfg)
     logged = client.get_run(run_id).data.metrics
     for key in ("val_accuracy", "val_ece", "val_nll", "test_accuracy", "test_ece", "test_nll"):
         assert logged[key] == pytest.approx(straight.metrics[key], abs=1e-12), key

@@ -25,14 +25,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
 from click.testing import CliRunner
 from clusters import start_cluster
+from drills import first_reports, uninterrupted
 from mlflow.tracking import MlflowClient
 
 from raysearch.cli.commands import main
 from raysearch.config import RunConfig
-from raysearch.training.run import fit
 from raysearch.tune.engine import SweepSettings, run_sweep
 
 pytestmark = pytest.mark.integration
@@ -85,13 +84,7 @@ def test_a_trial_that_raises_is_retried_from_its_checkpoint(ray_session, tmp_pat
 
     # the retried trial ends exactly where an uninterrupted run of its config ends
     cfg = RunConfig.from_dict(json.loads(tags["raysearch.config"]))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as in the trial
-    per_epoch: list[dict] = []
-    try:
-        straight = fit(cfg, on_epoch=lambda epoch, metrics, state: per_epoch.append(metrics))
-    finally:
-        torch.set_num_threads(threads)
+    straight, per_epoch = uninterrupted(cfg)
     logged = client.get_run(run.info.run_id).data.metrics
     for key in ("val_accuracy", "val_ece", "val_nll", "test_accuracy", "test_ece", "test_nll"):
         assert logged[key] == pytest.approx(straight.metrics[key], abs=1e-12), key
@@ -301,18 +294,6 @@ def test_ctrl_c_then_resume(one_node, tmp_path):
 
 # -- drills that take minutes (marked slow: `python -m pytest -m slow`, run nightly) --------------
 
-def _tune_firsts(storage: Path, trial_id: str, key: str) -> dict[int, float]:
-    """``{epoch: first reported value of key}`` from the trial's result.json in Tune's storage."""
-    (folder,) = [p for p in storage.iterdir() if f"_{trial_id}_" in p.name]
-    first: dict[int, float] = {}
-    for line in (folder / "result.json").read_text().splitlines():
-        result = json.loads(line)
-        for entry in [*result.get("epoch_history", ()), result]:
-            if key in entry:
-                first.setdefault(int(entry["epoch"]), entry[key])
-    return first
-
-
 def _assert_whole(uri: str, tmp_path: Path, name: str, trials: int, epochs: int) -> str:
     """The sweep's record is whole: one child per trial, each epoch once and equal to Tune's.
 
@@ -334,7 +315,7 @@ def _assert_whole(uri: str, tmp_path: Path, name: str, trials: int, epochs: int)
             history = client.get_metric_history(child.info.run_id, key)
             assert sorted(m.step for m in history) == list(range(1, epochs + 1)), (tid, key)
             assert {m.step: m.value for m in history} == \
-                _tune_firsts(tmp_path / "ray" / name, tid, key), (tid, key)
+                first_reports(tmp_path / "ray" / name, tid, key), (tid, key)
         assert "test_ece" in child.data.metrics
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"trials.parquet", "pareto.png", "best_config.yaml"} <= artifacts

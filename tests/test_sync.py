@@ -7,15 +7,14 @@ of a sweep, drivers SIGKILLed) are in tests/test_faults.py (marked slow).
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 from click.testing import CliRunner
 from clusters import stop_process
+from drills import first_reports
 from mlflow.tracking import MlflowClient
 
 from raysearch.cli.commands import main
@@ -55,18 +54,6 @@ def _state(client: MlflowClient, experiment_id: str) -> dict:
     return state
 
 
-def _first_reports(storage: Path, trial_id: str, key: str) -> dict[int, float]:
-    """``{epoch: first reported value of key}`` from the trial's result.json."""
-    (folder,) = [p for p in storage.iterdir() if f"_{trial_id}_" in p.name]
-    first: dict[int, float] = {}
-    for line in (folder / "result.json").read_text().splitlines():
-        result = json.loads(line)
-        for entry in [*result.get("epoch_history", ()), result]:
-            if key in entry:
-                first.setdefault(int(entry["epoch"]), entry[key])
-    return first
-
-
 def test_sync_writes_back_a_lost_run_once(ray_session, tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
     settings = SweepSettings(num_samples=2, max_concurrent=2, epochs=3, posthoc=(), name="lost",
@@ -98,7 +85,7 @@ def test_sync_writes_back_a_lost_run_once(ray_session, tmp_path):
     assert again.data.params == lost.data.params
     for key in ("val_nll", "train_loss", "test_ece"):
         history = {m.step: m.value for m in client.get_metric_history(again.info.run_id, key)}
-        assert history == _first_reports(tmp_path / "ray" / "lost", tid, key), key
+        assert history == first_reports(tmp_path / "ray" / "lost", tid, key), key
         assert history == {m.step: m.value for m in client.get_metric_history(
             lost.info.run_id, key)}, key  # what the live sweep had logged
     assert sorted(a.path for a in client.list_artifacts(again.info.run_id)) == \

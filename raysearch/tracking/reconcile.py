@@ -94,8 +94,8 @@ class TrialRecords:
         error: the last line of the trial's error (empty unless ``status == "ERROR"``).
         retries: how many times Tune retried the trial (``num_failures`` of an ended trial,
             failures of the ones before; 0 if none).
-        checkpoint: a callable returning the local folder of the trial's last checkpoint as a
-            context manager (``tune.Checkpoint.as_directory``), or None without one.
+        checkpoint: the trial's last checkpoint Tune registered (a ``tune.Checkpoint``: its
+            ``path`` and ``filesystem`` in the storage), or None without one.
     """
 
     trial_id: str
@@ -105,7 +105,7 @@ class TrialRecords:
     results: list[dict[str, Any]]
     error: str = ""
     retries: int = 0
-    checkpoint: Callable[[], Any] | None = None
+    checkpoint: Any = None
 
     @property
     def ended(self) -> bool:
@@ -356,7 +356,7 @@ def _attach_artifacts(client: MlflowClient, run_id: str, trial: TrialRecords) ->
     have = {a.path for a in client.list_artifacts(run_id)}
     attached = 0
     try:
-        with trial.checkpoint() as folder:
+        with trial.checkpoint.as_directory() as folder:
             for name in ARTIFACT_FILES:
                 path = Path(folder) / name
                 if name not in have and path.is_file():

@@ -39,7 +39,7 @@ from raysearch.tune.searchers import RepeatedSearcher
 from raysearch.tune.settings import OBJECTIVES, RAY_JOB_ENV, SAMPLERS, SCHEDULERS, SweepSettings
 from raysearch.tune.spaces import SearchSpace, load_space
 from raysearch.tune.storage import check_storage, resolve_storage
-from raysearch.tune.sync import reconcile_sweep, repair_checkpoints
+from raysearch.tune.sync import read_trials, reconcile_sweep, repair_checkpoints
 from raysearch.tune.trainable import COMPLETED, DIVERGED, run_trial, trial_env, trial_resources
 
 __all__ = ["OBJECTIVES", "SAMPLERS", "SCHEDULERS", "CompletedOnlyOptunaSearch", "SweepResult",
@@ -463,9 +463,10 @@ def resume_sweep(name: str, *, tracking_uri: str | None = None,
     resumes = int(parent.data.tags.get("raysearch.resumes", 0)) + 1
     client.set_tag(parent_id, "raysearch.resumes", str(resumes))
     client.set_tag(parent_id, tracking.DRIVER_TAG, _driver())
-    repair_checkpoints(path, say)  # a snapshot naming a checkpoint Tune had deleted
+    trials = read_trials(path)
+    repair_checkpoints(trials, say)  # a snapshot naming a checkpoint Tune had deleted
     # what the killed driver never wrote to MLflow, from Tune's records, before the trials go on
-    done = reconcile_sweep(client, parent, path, describe=_describer(space, settings),
+    done = reconcile_sweep(client, parent, trials, describe=_describer(space, settings),
                            repeats=settings.repeats, progress=say)
     if done.changed:
         say(f"sweep {name}: MLflow caught up with Tune's records ({done.summary()})")
@@ -645,7 +646,11 @@ def _record_end(client: Any, uri: str, parent_id: str, name: str, path: str,
         raise TrackingUnavailableError(f"the sweep's trials ended but {exc}; {later}") from None
     try:
         parent = client.get_run(parent_id)
-        done = reconcile_sweep(client, parent, path, describe=_describer(space, settings),
+        try:
+            trials = read_trials(path)
+        except ValueError:  # the sweep stopped before Tune's first snapshot: nothing to add
+            trials = []
+        done = reconcile_sweep(client, parent, trials, describe=_describer(space, settings),
                                repeats=settings.repeats)
         if done.changed:
             say(f"sweep {name}: MLflow caught up with Tune's records ({done.summary()})")
@@ -703,7 +708,8 @@ def sync_sweep(name: str, *, tracking_uri: str | None = None,
     if running and _driver_alive(parent.data.tags.get(tracking.DRIVER_TAG, "")):
         raise ValueError(f"sweep '{name}' is still running (driver "
                          f"{parent.data.tags[tracking.DRIVER_TAG]}); sync it once it ended")
-    done = reconcile_sweep(client, parent, path, describe=_describer(space, settings),
+    done = reconcile_sweep(client, parent, read_trials(path),
+                           describe=_describer(space, settings),
                            repeats=settings.repeats, write_unfinished=not running,
                            progress=say)
     names = {a.path for a in client.list_artifacts(parent.info.run_id)}

@@ -17,12 +17,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
 from raysearch import tracking
 from raysearch.tracking.reconcile import (
-    ENDED,
     Reconciled,
     SweepRuns,
     TrialRecords,
@@ -66,11 +65,10 @@ def read_trials(path: str) -> list[TrialRecords]:
                                or str(trial.run_metadata.error_filename))
         failures = int(getattr(trial, "num_failures", 0) or 0)
         retries = max(failures - (trial.status == "ERROR"), 0)
-        checkpoint = trial.checkpoint
         out.append(TrialRecords(
             trial_id=trial.trial_id, index=index, config=dict(trial.config),
             status=trial.status, results=results, error=error, retries=retries,
-            checkpoint=checkpoint.as_directory if checkpoint is not None else None))
+            checkpoint=trial.checkpoint))
     return out
 
 
@@ -94,7 +92,7 @@ def _read_results(fs: Any, path: str) -> list[dict[str, Any]]:
     return results
 
 
-def reconcile_sweep(client: Any, parent: Any, path: str, *,
+def reconcile_sweep(client: Any, parent: Any, trials: list[TrialRecords], *,
                     describe: Callable[[dict[str, Any]], tuple[str, dict[str, Any], str]],
                     repeats: int = 1, write_unfinished: bool = True,
                     progress: Callable[[str], None] | None = None) -> Reconciled:
@@ -103,7 +101,7 @@ def reconcile_sweep(client: Any, parent: Any, path: str, *,
     Args:
         client: MLflow client of the sweep's store.
         parent: the sweep's parent run (an ``mlflow.entities.Run``).
-        path: the sweep's experiment folder in Tune's storage.
+        trials: Tune's records of the sweep's trials (:func:`read_trials`).
         describe: ``config -> (config JSON, params, short method name)`` (the sweep's
             :meth:`~raysearch.tracking.MlflowSweepCallback.describe`).
         repeats: seeds per configuration (``--repeats``).
@@ -115,12 +113,10 @@ def reconcile_sweep(client: Any, parent: Any, path: str, *,
         What was written (:class:`~raysearch.tracking.reconcile.Reconciled`).
 
     Raises:
-        ValueError: if `path` holds no Tune experiment snapshot.
         mlflow.exceptions.MlflowException: when the store stops answering (what was written
             stays written; the next pass writes the rest).
     """
-    trials = read_trials(path)
-    name = parent.data.tags.get(tracking.SWEEP_TAG, PurePosixPath(path).name)
+    name = parent.data.tags.get(tracking.SWEEP_TAG, "")
     runs = SweepRuns.index(client, parent.info.experiment_id, parent.info.run_id, name,
                            tracking.sweep_runs(client, parent.info.experiment_id,
                                                parent.info.run_id), repeats=repeats)
@@ -146,68 +142,59 @@ def trial_weights(path: str, trial_id: str) -> dict[str, Any]:
     Raises:
         ValueError: if the experiment has no such trial, or the trial no readable checkpoint.
     """
-    from raysearch.tune.trainable import _CKPT_FILE, load_state
+    from raysearch.tune.trainable import _CKPT_FILE, load_state, read_state
 
     trial = next((t for t in read_trials(path) if t.trial_id == trial_id), None)
     if trial is None:
         raise ValueError(f"Tune's storage at {path} has no trial {trial_id}")
     if trial.checkpoint is None:
         raise ValueError(f"trial {trial_id} has no checkpoint in Tune's storage at {path}")
-    with trial.checkpoint() as folder:
-        file = Path(folder) / _CKPT_FILE
-        if not file.is_file():
-            raise ValueError(f"trial {trial_id}'s last checkpoint has no {_CKPT_FILE}")
-        state = load_state(file.read_bytes())
+    try:
+        state = load_state(read_state(trial.checkpoint.filesystem, trial.checkpoint.path)[0])
+    except OSError as exc:
+        raise ValueError(f"trial {trial_id}'s last checkpoint has no readable {_CKPT_FILE}: "
+                         f"{exc}") from None
     if "model" not in state:
         raise ValueError(f"trial {trial_id}'s checkpoint {_CKPT_FILE} holds no model weights")
     return state["model"]
 
 
-def repair_checkpoints(path: str, say: Callable[[str], None]) -> int:
-    """Give every unfinished trial of the snapshot at `path` a checkpoint that exists.
+def repair_checkpoints(trials: list[TrialRecords], say: Callable[[str], None]) -> int:
+    """Give every unfinished trial a checkpoint at the path Tune's snapshot names.
 
     Tune deletes a trial's oldest kept checkpoint when it registers a newer one, and writes its
     experiment snapshot (what ``Tuner.restore`` reads) a moment later; a driver killed in
     between leaves a snapshot that names a deleted checkpoint, and Tune would fail the resumed
     trial ("does not exist on storage anymore"). The newest readable checkpoint of the trial
-    (its ``state.pt`` loads) is copied to the path the snapshot names, so the trial resumes
-    from the last good state; with none readable an empty folder is made there, and the
-    trial starts again from scratch (:func:`raysearch.tune.trainable.run_trial` says so).
+    (its ``state.pt`` loads, at an epoch the trial's ``result.json`` reports: a checkpoint
+    written after the last report Tune processed would skip epochs the records lack) is copied
+    to the path the snapshot names, so the trial resumes from the last good state; with none
+    an empty folder is made there, and the trial starts again from scratch
+    (:func:`raysearch.tune.trainable.run_trial` says so).
 
     Args:
-        path: the sweep's experiment folder in Tune's storage.
+        trials: Tune's records of the sweep's trials (:func:`read_trials`).
         say: called with one line per repaired trial.
 
     Returns:
         How many trials were repaired.
     """
     from pyarrow import fs as pafs
-    from ray.tune import ExperimentAnalysis
 
-    from raysearch.tune.trainable import _CKPT_FILE, load_state
+    from raysearch.tune.trainable import read_state, trial_checkpoints
 
     repaired = 0
-    for trial in ExperimentAnalysis(path).trials:
-        checkpoint = trial.checkpoint
-        if trial.status in ENDED or checkpoint is None:
+    for trial in trials:
+        if trial.ended or trial.checkpoint is None:
             continue
-        fs, missing = checkpoint.filesystem, checkpoint.path.rstrip("/")
+        fs, missing = trial.checkpoint.filesystem, trial.checkpoint.path.rstrip("/")
         if fs.get_file_info(missing).type != pafs.FileType.NotFound:
             continue
-        folder = str(PurePosixPath(missing).parent)
-        kept = sorted((info.path for info in fs.get_file_info(pafs.FileSelector(folder))
-                       if info.type == pafs.FileType.Directory
-                       and PurePosixPath(info.path).name.startswith("checkpoint_")),
-                      reverse=True)
-        # a checkpoint whose report Tune never processed (written just before the driver died)
-        # has epochs the records lack: only one of a reported epoch keeps the records whole
-        reported = max(TrialRecords(trial.trial_id, 0, {}, trial.status, _read_results(
-            fs, f"{trial.storage.trial_fs_path}/{RESULT_FILE}")).epochs(), default=0)
+        reported = max(trial.epochs(), default=0)
         good, epoch = None, None
-        for candidate in kept:
+        for _, candidate in trial_checkpoints(fs, str(PurePosixPath(missing).parent)):
             try:
-                with fs.open_input_stream(f"{candidate}/{_CKPT_FILE}") as f:
-                    epoch = load_state(f.read())["epoch"]
+                epoch = read_state(fs, candidate)[1]
             except (OSError, ValueError):
                 continue
             if epoch <= reported:

@@ -454,7 +454,7 @@ def _storage_name(filesystem: Any, path: str) -> str:
     return path if kind == "local" or "::" in kind else f"{kind}://{path}"
 
 
-def _read_state(filesystem: Any, folder: str) -> tuple[bytes, int]:
+def read_state(filesystem: Any, folder: str) -> tuple[bytes, int]:
     """``state.pt`` of the checkpoint `folder` on `filesystem`: its bytes and epoch.
 
     Raises:
@@ -470,6 +470,25 @@ def _why(exc: BaseException) -> str:
     if isinstance(exc, FileNotFoundError):
         return "missing"
     return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
+def trial_checkpoints(filesystem: Any, folder: str) -> list[tuple[int, str]]:
+    """``(index, path)`` of the ``checkpoint_<index>`` folders in a trial's `folder`, newest first.
+
+    Args:
+        filesystem: the storage's ``pyarrow.fs.FileSystem``.
+        folder: the trial's folder on it (an unreadable one has none).
+    """
+    import pyarrow.fs
+
+    try:
+        infos = filesystem.get_file_info(pyarrow.fs.FileSelector(folder))
+    except OSError:
+        return []
+    found = [(int(m.group(1)), info.path) for info in infos
+             if info.type == pyarrow.fs.FileType.Directory
+             and (m := _CKPT_FOLDER.fullmatch(info.base_name)) is not None]
+    return sorted(found, reverse=True)
 
 
 def resume_state(checkpoint: tune.Checkpoint) -> tuple[bytes | None, str | None]:
@@ -492,30 +511,19 @@ def resume_state(checkpoint: tune.Checkpoint) -> tuple[bytes | None, str | None]
     """
     fs, folder = checkpoint.filesystem, checkpoint.path.rstrip("/")
     try:
-        return _read_state(fs, folder)[0], None
+        return read_state(fs, folder)[0], None
     except (OSError, ValueError) as exc:
         why = _why(exc)
     line = (f"checkpoint {_storage_name(fs, f'{folder}/{_CKPT_FILE}')} cannot be read ({why}); "
             f"skipped")
     parent, _, name = folder.rpartition("/")
     match = _CKPT_FOLDER.fullmatch(name)
-    older: list[tuple[int, str]] = []
-    if match is not None:
-        import pyarrow.fs
-
-        try:
-            infos = fs.get_file_info(pyarrow.fs.FileSelector(parent))
-        except OSError:
-            infos = []
-        for info in infos:
-            found = _CKPT_FOLDER.fullmatch(info.base_name)
-            if info.type == pyarrow.fs.FileType.Directory and found is not None and \
-                    int(found.group(1)) < int(match.group(1)):
-                older.append((int(found.group(1)), info.path))
+    older = [path for index, path in trial_checkpoints(fs, parent)
+             if match is not None and index < int(match.group(1))]
     unreadable = []
-    for _, path in sorted(older, reverse=True):
+    for path in older:
         try:
-            data, epoch = _read_state(fs, path)
+            data, epoch = read_state(fs, path)
         except (OSError, ValueError):
             unreadable.append(path.rpartition("/")[2])
             continue
