@@ -409,7 +409,7 @@ def calibrate(source: str | Path, *, methods: str | Sequence[str] = "ts,ets,cts,
     """
     from raysearch.calibration.posthoc import calibrate_outputs, load_outputs
     from raysearch.tracking.reports import percent, quiet_mlflow
-    from raysearch.training import plots
+    from raysearch.training.reliability_plot import reliability_diagram
 
     say = progress or (lambda line: None)
     source = str(source)
@@ -463,7 +463,7 @@ def calibrate(source: str | Path, *, methods: str | Sequence[str] = "ts,ets,cts,
             continue
         bins = row.reliability
         ece_text = f"ECE {100 * row.metrics['ece']:.2f}%" if "ece" in row.metrics else ""
-        plots.reliability_diagram(bins.edges, bins.counts, bins.accuracy, bins.confidence,
+        reliability_diagram(bins.edges, bins.counts, bins.accuracy, bins.confidence,
                                   out / f"reliability_{row.name.replace('+', '_')}.png",
                                   title=f"{stem}: {row.name}  {ece_text}")
     say(f"\nwrote {out}/calibration.csv and {len(report.rows)} reliability diagrams")

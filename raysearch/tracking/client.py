@@ -31,7 +31,7 @@ from raysearch.tracking.runs import (
     check_tracking_uri,
     resolve_tracking_uri,
 )
-from raysearch.training import plots
+from raysearch.training.reliability_plot import reliability_diagram
 
 
 def get_client(uri: str | None = None) -> tuple[MlflowClient, str]:
@@ -226,7 +226,6 @@ def log_metrics(client: MlflowClient, run_id: str, metrics: dict[str, float], st
 def log_reliability(client: MlflowClient, run_id: str, bins: dict[str, list], title: str) -> None:
     """Draw the test reliability diagram from its bins and attach it as ``reliability.png``."""
     with tempfile.TemporaryDirectory() as d:
-        path = plots.reliability_diagram(bins["edges"], bins["counts"], bins["accuracy"],
-                                         bins["confidence"], Path(d) / "reliability.png",
-                                         title=title)
+        path = reliability_diagram(bins["edges"], bins["counts"], bins["accuracy"],
+                                   bins["confidence"], Path(d) / "reliability.png", title=title)
         client.log_artifact(run_id, str(path))

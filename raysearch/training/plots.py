@@ -1,7 +1,8 @@
-"""Reliability diagrams, accuracy–ECE Pareto plots and shift box plots (matplotlib, headless).
+"""Accuracy–ECE Pareto plots and shift box plots (matplotlib, headless).
 
-The only module that imports matplotlib. Figures are written to PNG files; the Agg backend is used,
-so no display is needed.
+The only module that imports matplotlib. Figures are written to PNG files; the Agg backend is
+used, so no display is needed. Reliability diagrams are drawn with Pillow by
+:mod:`raysearch.training.reliability_plot` instead (every trial of a sweep draws one).
 """
 
 from __future__ import annotations
@@ -27,61 +28,6 @@ def _save(fig: plt.Figure, path: str | Path, dpi: int = 110, **savefig_kwargs) -
     fig.savefig(path, dpi=dpi, **savefig_kwargs)
     plt.close(fig)
     return path
-
-
-def reliability_diagram(
-    edges: Sequence[float],
-    counts: Sequence[int],
-    accuracy: Sequence[float | None],
-    confidence: Sequence[float | None],
-    path: str | Path,
-    *,
-    title: str = "",
-) -> Path:
-    """Draw a reliability diagram (per-bin accuracy vs. confidence) with a count histogram.
-
-    Args:
-        edges: bin edges, length ``n_bins + 1``, in [0, 1].
-        counts: samples per bin, length ``n_bins``.
-        accuracy: accuracy per bin (None or NaN for empty bins), fractions.
-        confidence: mean confidence per bin (None or NaN for empty bins), fractions.
-        path: output PNG path.
-        title: figure title (e.g. the trial name and its ECE).
-
-    Returns:
-        The path written.
-    """
-    edges = np.asarray(edges, dtype=float)
-    counts = np.asarray(counts, dtype=float)
-    acc = np.array([np.nan if a is None else a for a in accuracy], dtype=float)
-    conf = np.array([np.nan if c is None else c for c in confidence], dtype=float)
-    centers = (edges[:-1] + edges[1:]) / 2
-    widths = np.diff(edges)
-    filled = counts > 0
-
-    fig, (ax, axh) = plt.subplots(
-        2, 1, figsize=(4.5, 5.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
-    )
-    ax.bar(centers[filled], acc[filled], width=widths[filled], edgecolor="black",
-           color="tab:blue", label="accuracy")
-    gap_lo = np.minimum(acc, conf)[filled]
-    ax.bar(centers[filled], np.abs(acc - conf)[filled], bottom=gap_lo, width=widths[filled],
-           color="tab:red", alpha=0.35, edgecolor="tab:red", hatch="//", label="gap")
-    ax.plot([0, 1], [0, 1], "k--", lw=1, label="perfect calibration")
-    ax.set_ylabel("accuracy")
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1)
-    ax.legend(loc="upper left", fontsize=8)
-    if title:
-        ax.set_title(title, fontsize=9)
-    axh.bar(centers, counts / max(counts.sum(), 1), width=widths, color="gray", edgecolor="black")
-    axh.set_xlabel("confidence")
-    axh.set_ylabel("share")
-    # a fixed layout: tight_layout() measured a quarter of the drawing time, and every trial
-    # of a sweep draws one of these
-    fig.subplots_adjust(left=0.15, right=0.97, top=0.94 if title else 0.97, bottom=0.09,
-                        hspace=0.08)
-    return _save(fig, path)
 
 
 def pareto_plot(

@@ -623,12 +623,12 @@ def _bins_record(bins: Any) -> dict[str, list]:
 
 def _draw_reliability(final: dict[str, Any], path: Path, trial_id: str) -> None:
     """Draw the final report's test reliability diagram (a trial's CPU, not the driver's)."""
-    from raysearch.training import plots
+    from raysearch.training.reliability_plot import reliability_diagram
     bins = final[RELIABILITY]
     title = f"{trial_id}  test ECE {100 * final.get('test_ece', float('nan')):.2f}%"
     try:
-        plots.reliability_diagram(bins["edges"], bins["counts"], bins["accuracy"],
-                                  bins["confidence"], path, title=title)
+        reliability_diagram(bins["edges"], bins["counts"], bins["accuracy"], bins["confidence"],
+                            path, title=title)
     except Exception as exc:  # noqa: BLE001 (a plot must never fail the trial)
         logging.getLogger(__name__).warning("reliability diagram not drawn: %s", exc)
 
