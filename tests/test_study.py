@@ -1,4 +1,4 @@
-"""The sweep's Optuna study in an RDB storage: where it lives, what it holds, its importances."""
+"""The sweep's Optuna study in a journal file: where it lives, what it holds, its importances."""
 
 from __future__ import annotations
 
@@ -19,31 +19,35 @@ from raysearch.tune.spaces import SearchSpace, load_space
 SEARCHED = {"margin", "lr"}
 
 
-def test_a_sqlite_store_gets_optuna_db_beside_it(tmp_path):
+def test_a_sqlite_store_gets_the_journal_beside_it(tmp_path):
     assert sweep_study.optuna_storage_url("sqlite:////data/runs/m.db", "/elsewhere/ray") == \
-        "sqlite:////data/runs/optuna.db"
+        "/data/runs/optuna.log"
 
 
 def test_a_relative_sqlite_store_is_taken_against_the_cwd(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert sweep_study.optuna_storage_url("sqlite:///sub/mlruns.db", "/elsewhere/ray") == \
-        f"sqlite:///{tmp_path.resolve()}/sub/optuna.db"
+        f"{tmp_path.resolve()}/sub/optuna.log"
 
 
 def test_a_tracking_server_puts_the_study_under_the_storage_path(tmp_path, monkeypatch):
     assert sweep_study.optuna_storage_url("http://127.0.0.1:5000", "/data/ray") == \
-        "sqlite:////data/ray/optuna.db"
+        "/data/ray/optuna.log"
     assert sweep_study.optuna_storage_url("https://mlflow.example.org", "file:///data/ray") == \
-        "sqlite:////data/ray/optuna.db"
-    # remote Tune storage: SQLite needs a local file, in the current directory
+        "/data/ray/optuna.log"
+    # remote Tune storage: the journal is a local file, in the current directory
     monkeypatch.chdir(tmp_path)
     assert sweep_study.optuna_storage_url("http://127.0.0.1:5000", "s3://bucket/ray") == \
-        f"sqlite:///{tmp_path.resolve()}/optuna.db"
+        f"{tmp_path.resolve()}/optuna.log"
 
 
-def test_a_study_name_is_taken_once_per_storage(tmp_path):
-    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+@pytest.mark.parametrize("kind", ["journal", "sqlite"])
+def test_a_study_name_is_taken_once_per_storage(tmp_path, kind):
+    # a journal file for new sweeps; the SQLite URL older sweeps recorded still opens
+    url = str(tmp_path / "optuna.log") if kind == "journal" else f"sqlite:///{tmp_path / 'o.db'}"
     storage = sweep_study.create_sweep_study(url, "s1", ["val_accuracy", "val_ece"], ["max", "min"])
+    assert isinstance(storage, optuna.storages.JournalStorage if kind == "journal"
+                      else optuna.storages.RDBStorage)
     study = optuna.load_study(study_name="s1", storage=storage)
     assert study.directions == [optuna.study.StudyDirection.MAXIMIZE,
                                 optuna.study.StudyDirection.MINIMIZE]
@@ -51,12 +55,13 @@ def test_a_study_name_is_taken_once_per_storage(tmp_path):
     sweep_study.check_new_study(url, "s2")  # another name is free
     with pytest.raises(ValueError, match="already holds a study named 's1'"):
         sweep_study.check_new_study(url, "s1")
+    missing = tmp_path / "missing" / "dir" / "optuna.log"
     with pytest.raises(ValueError, match="cannot open the Optuna storage"):
-        sweep_study.open_storage(f"sqlite:///{tmp_path / 'missing' / 'dir' / 'optuna.db'}")
+        sweep_study.open_storage(str(missing) if kind == "journal" else f"sqlite:///{missing}")
 
 
 def test_importances_need_two_complete_trials(tmp_path):
-    url = f"sqlite:///{tmp_path / 'o.db'}"
+    url = str(tmp_path / "optuna.log")
     storage = sweep_study.create_sweep_study(url, "s", "val_ece", "min")
     study = optuna.load_study(study_name="s", storage=storage)
     study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
@@ -79,7 +84,7 @@ def _x_space(trial: optuna.Trial) -> None:
 def test_a_restored_searcher_goes_on_with_the_same_study(tmp_path):
     # what `sweep --resume` does: Tune pickles the searcher (OptunaSearch.save) and a restored
     # copy (OptunaSearch.restore) tells the trials that were running to the study in the file
-    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    url = str(tmp_path / "optuna.log")
 
     def searcher():
         return CompletedOnlyOptunaSearch(
@@ -106,7 +111,7 @@ def test_a_restored_searcher_goes_on_with_the_same_study(tmp_path):
     parent = client.create_run(client.create_experiment("e"), tags={
         sweep_study.STORAGE_TAG: url, sweep_study.STUDY_TAG: "s"})
     assert sweep_study.fail_stale_trials(parent) == 1
-    study = optuna.load_study(study_name="s", storage=url)
+    study = optuna.load_study(study_name="s", storage=sweep_study.open_storage(url))
     assert [(t.number, t.state.name, t.value, t.params["x"]) for t in study.trials[:2]] == [
         (0, "COMPLETE", 0.25, x1), (1, "COMPLETE", 0.125, x2)]
     assert [t.state.name for t in study.trials[2:]] == ["FAIL", "COMPLETE"]
@@ -130,13 +135,13 @@ def test_a_sweep_keeps_its_study_beside_the_mlflow_store(ray_session, tmp_path):
                              name="study-e2e", storage_path=str(tmp_path / "ray"),
                              tracking_uri=uri)
     result = run_sweep(_two_param_acls(), settings, progress=lambda line: None)
-    url = f"sqlite:///{tmp_path / 'optuna.db'}"
-    assert (tmp_path / "optuna.db").is_file()
+    url = str(tmp_path / "optuna.log")
+    assert (tmp_path / "optuna.log").is_file()
     parent = MlflowClient(uri).get_run(result.parent_run_id)
     assert parent.data.tags[sweep_study.STORAGE_TAG] == url
     assert parent.data.tags[sweep_study.STUDY_TAG] == "study-e2e"
 
-    study = optuna.load_study(study_name="study-e2e", storage=url)
+    study = optuna.load_study(study_name="study-e2e", storage=sweep_study.open_storage(url))
     trials = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
     assert len(trials) == 4 == len(study.trials)
     assert all(set(t.params) == SEARCHED for t in trials)
@@ -176,4 +181,4 @@ def test_report_importance_of_a_sweep_without_study_is_one_line(tmp_path):
     assert out.exit_code == 2
     assert "has no Optuna study recorded" in out.output
     assert len(out.output.strip().splitlines()) == 1
-    assert not Path(tmp_path / "optuna.db").exists()
+    assert not Path(tmp_path / "optuna.log").exists()

@@ -802,9 +802,9 @@ def _new_tuner(space: SearchSpace, settings: SweepSettings, trainable: Any, call
     # a conditional space (all.yaml) first gives every method one trial, in file order, so
     # that each method is on the board before the sampler concentrates on the good ones
     warm_start = [{"method": m} for m in space.methods] if space.conditional else None
-    # the study lives in an RDB storage named after the sweep (the parent run's tags point to
-    # it; in memory through a Ray Client); Tune pickles the searcher with it, and a restored
-    # one reconnects to the same study
+    # the study lives in an Optuna journal file, named after the sweep (the parent run's tags
+    # point to it; in memory through a Ray Client); Tune pickles the searcher with it, and a
+    # restored one reads the same study back
     optuna_url = None if (settings.address or "").startswith("ray://") else \
         sweep_study.optuna_storage_url(tracking.resolve_tracking_uri(settings.tracking_uri),
                                        storage)

@@ -1,21 +1,30 @@
-"""The sweep's Optuna study, kept in an Optuna RDB storage outside the Ray driver.
+"""The sweep's Optuna study, kept in an Optuna journal file outside the Ray driver.
 
 A sweep's searcher (:class:`raysearch.tune.engine.CompletedOnlyOptunaSearch`) writes every trial
-it asks and tells to the Optuna study named after the sweep, in an SQLite file
-(:func:`optuna_storage_url`): beside a SQLite MLflow store (``optuna.db`` in the folder of
-``mlruns.db``), else in the sweep's Tune storage folder. The parent MLflow run holds the
-storage URL (tag :data:`STORAGE_TAG`) and the study's name (tag :data:`STUDY_TAG`), so that
-``optuna-dashboard <url>`` shows the study while the sweep runs and ``raysearch report NAME
---importance`` (:func:`importance_lines`) reads it afterwards.
+it asks and tells to the Optuna study named after the sweep, in an Optuna journal file
+(``optuna.storages.JournalStorage`` over a ``JournalFileBackend``; :func:`optuna_storage_url`):
+beside a SQLite MLflow store (``optuna.log`` in the folder of ``mlruns.db``), else in the sweep's
+Tune storage folder. The parent MLflow run holds the file's path (tag :data:`STORAGE_TAG`) and
+the study's name (tag :data:`STUDY_TAG`), so that ``optuna-dashboard <path>`` shows the study
+while the sweep runs and ``raysearch report NAME --importance`` (:func:`importance_lines`)
+reads it afterwards.
+
+Why a journal and not SQLite: the searcher asks and tells in Tune's control loop, between one
+trial's end and the next one's start on the same worker. With an SQLite ``RDBStorage`` an ask
+with its suggestions cost ~21 ms and a tell ~4 ms (a commit each, and the TPE sampler reads the
+trials back per parameter); the journal appends one line per operation and keeps the study in
+memory: ~3.5 ms and ~0.3 ms (16 trials of 4 parameters, 2-core machine). Sweeps recorded with
+an SQLite URL (``sqlite:///.../optuna.db``, raysearch before the journal) still open
+(:func:`open_storage` takes both).
 
 Through a Ray Client (``--address ray://...``) Tune runs the searcher on the head node, where
 a file of this machine is not: the study then stays in the searcher's memory, as before, and
 the sweep has no study tags. With a cluster's GCS address (``host:port``) the driver, hence the
 searcher, is this process.
 
-Resuming a sweep continues the same study: Tune pickles the searcher with its storage, and an
-``optuna.storages.RDBStorage`` unpickles by reconnecting to its URL (an absolute SQLite path),
-so the restored searcher tells the resumed trials to the study that holds the first run's.
+Resuming a sweep continues the same study: Tune pickles the searcher with its storage, and a
+``JournalStorage`` unpickles by reading its file (an absolute path) again, so the restored
+searcher tells the resumed trials to the study that holds the first run's.
 Trials a killed driver asked after Tune's last snapshot end FAIL when the resumed sweep ends
 (:func:`fail_stale_trials`).
 
@@ -30,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.storages.journal import JournalFileBackend
 
 from raysearch.tune.storage import is_uri
 
@@ -37,33 +47,35 @@ __all__ = ["STORAGE_FILE", "STORAGE_TAG", "STUDY_TAG", "check_new_study", "creat
            "fail_stale_trials", "importance_lines", "load_sweep_study", "open_storage",
            "optuna_storage_url", "param_importances"]
 
-#: Parent-run tag holding the URL of the sweep's Optuna storage.
+#: Parent-run tag holding the sweep's Optuna storage: a journal file's absolute path (an
+#: ``sqlite:///`` URL for sweeps of an older raysearch).
 STORAGE_TAG = "raysearch.optuna_storage"
 #: Parent-run tag holding the name of the sweep's Optuna study (the sweep's name).
 STUDY_TAG = "raysearch.optuna_study"
-#: File name of the Optuna SQLite database.
-STORAGE_FILE = "optuna.db"
-#: Seconds an SQLite write waits for a reader (``optuna-dashboard``) to let go of the file.
+#: File name of the Optuna journal (one JSON line per operation on a study).
+STORAGE_FILE = "optuna.log"
+#: Seconds an SQLite write (a sweep recorded with an ``sqlite:///`` URL) waits for a reader.
 SQLITE_TIMEOUT_S = 30.0
 
 
 def optuna_storage_url(tracking_uri: str, storage_path: str) -> str:
-    """The SQLAlchemy URL of the Optuna storage of a sweep.
+    """Where the Optuna study of a sweep lives: the absolute path of its journal file.
 
     - A SQLite MLflow store (``sqlite:////abs/path/mlruns.db``; a relative one is taken
-      against the current directory): ``sqlite:////abs/path/optuna.db``, in the same folder.
-    - Any other store (an ``http(s)://`` tracking server, a database URI): ``optuna.db`` in the
-      sweep's Tune storage folder (``<storage_path>/optuna.db``), or in the current directory
-      when that storage is remote (``s3://``, ``gs://``, ...): SQLite needs a local file.
+      against the current directory): ``/abs/path/optuna.log``, in the same folder.
+    - Any other store (an ``http(s)://`` tracking server, a database URI): ``optuna.log`` in the
+      sweep's Tune storage folder (``<storage_path>/optuna.log``), or in the current directory
+      when that storage is remote (``s3://``, ``gs://``, ...): the journal is a local file.
 
     Every sweep of a folder shares the file; each has its own study, named after the sweep.
+    ``optuna-dashboard <path>`` opens it.
 
     Args:
         tracking_uri (str): the sweep's MLflow tracking URI.
         storage_path (str): the sweep's Tune storage path (a local folder or a URI).
 
     Returns:
-        str: ``sqlite:///`` followed by an absolute path.
+        str: an absolute path ending in ``optuna.log``.
     """
     if tracking_uri.startswith("sqlite:///"):
         folder = (Path.cwd() / tracking_uri[len("sqlite:///"):]).resolve().parent
@@ -73,22 +85,30 @@ def optuna_storage_url(tracking_uri: str, storage_path: str) -> str:
         folder = Path.cwd().resolve()
     else:
         folder = Path(storage_path).expanduser().resolve()
-    return f"sqlite:///{folder / STORAGE_FILE}"
+    return str(folder / STORAGE_FILE)
 
 
-def open_storage(url: str) -> optuna.storages.RDBStorage:
-    """An Optuna RDB storage at `url` (created if missing), for the driver's writes.
+def open_storage(url: str) -> optuna.storages.BaseStorage:
+    """The Optuna storage at `url` (created if missing), for the driver's writes.
 
-    SQLite waits up to :data:`SQLITE_TIMEOUT_S` for a lock held by a reader. The storage
-    pickles with its URL and reconnects when unpickled (how Tune saves and restores a searcher).
+    A path (what :func:`optuna_storage_url` gives): an ``optuna.storages.JournalStorage`` over
+    a ``JournalFileBackend`` (file locks, so ``optuna-dashboard`` may read it meanwhile). A URL
+    with a scheme (``sqlite:///.../optuna.db``, recorded by sweeps of an older raysearch): an
+    ``optuna.storages.RDBStorage``, where SQLite waits up to :data:`SQLITE_TIMEOUT_S` for a
+    lock held by a reader. Either pickles with its location and reads it again when unpickled
+    (how Tune saves and restores a searcher).
 
     Raises:
-        ValueError: if the database cannot be opened or created (one line naming `url`).
+        ValueError: if the storage cannot be opened or created (one line naming `url`).
     """
     try:
+        if "://" not in url:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.JournalStorage(JournalFileBackend(url))
         return optuna.storages.RDBStorage(
             url, engine_kwargs={"connect_args": {"timeout": SQLITE_TIMEOUT_S}})
-    except Exception as exc:  # noqa: BLE001 (SQLAlchemy's errors: a missing folder, a bad file)
+    except Exception as exc:  # noqa: BLE001 (SQLAlchemy's or the file system's errors)
         reason = " ".join(str(exc).split())[:200]
         raise ValueError(f"cannot open the Optuna storage {url}: {reason}") from None
 
@@ -111,7 +131,7 @@ def check_new_study(url: str, name: str) -> None:
 
 
 def create_sweep_study(url: str, name: str, metric: str | list[str],
-                       mode: str | list[str]) -> optuna.storages.RDBStorage:
+                       mode: str | list[str]) -> optuna.storages.BaseStorage:
     """Create the study of sweep `name` at `url` and return the storage for ``OptunaSearch``.
 
     The study gets the searcher's directions and its metric names (``val_accuracy``,
@@ -119,13 +139,13 @@ def create_sweep_study(url: str, name: str, metric: str | list[str],
     with); ``OptunaSearch(study_name=name, storage=...)`` then loads it.
 
     Args:
-        url (str): the storage URL (:func:`optuna_storage_url`).
+        url (str): the storage's location (:func:`optuna_storage_url`).
         name (str): the sweep's name, the study's.
         metric (str | list[str]): the searcher's metric, or one per objective.
         mode (str | list[str]): ``"min"`` or ``"max"``, or one per objective.
 
     Returns:
-        optuna.storages.RDBStorage: the storage.
+        optuna.storages.BaseStorage: the storage (:func:`open_storage`).
 
     Raises:
         ValueError: if the study exists already (:func:`check_new_study`) or the storage cannot
@@ -187,7 +207,7 @@ def load_sweep_study(parent: Any) -> optuna.Study:
     Raises:
         ValueError: if the run has no :data:`STORAGE_TAG` (a sweep of an older raysearch, or
             one run through a Ray Client), its
-            SQLite file is missing or it holds no such study.
+            file is missing or it holds no such study.
     """
     tags = parent.data.tags
     name = tags.get(STUDY_TAG) or tags.get("raysearch.sweep", "")
@@ -195,9 +215,9 @@ def load_sweep_study(parent: Any) -> optuna.Study:
     if not url:
         raise ValueError(f"sweep '{name}' has no Optuna study recorded (no {STORAGE_TAG} tag: "
                          "it was started by an older raysearch or through a Ray Client)")
-    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
-        raise ValueError(f"the Optuna storage of sweep '{name}' is missing: no file "
-                         f"{url[len('sqlite:///'):]}")
+    file = url[len("sqlite:///"):] if url.startswith("sqlite:///") else url
+    if "://" not in file and not Path(file).is_file():
+        raise ValueError(f"the Optuna storage of sweep '{name}' is missing: no file {file}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         return optuna.load_study(study_name=name, storage=open_storage(url))
