@@ -75,6 +75,36 @@ _NOUNS = {"models": "model", "datasets": "dataset", "losses": "loss",
 #: Source of the names raysearch ships.
 BUILT_IN = "built-in"
 
+# every installed distribution's entry points, read once per state of sys.path: reading them
+# opens each distribution's metadata (~10 ms with ~200 installed), and a trial asks a registry
+# for its names several times (calibrators, metrics); a distribution installed meanwhile
+# changes the mtime of the folder it went into, a folder added to sys.path changes the key
+_ENTRY_POINTS: dict[tuple, Any] = {}
+_ENTRY_POINTS_LOCK = threading.Lock()
+
+
+def _path_state() -> tuple:
+    """``sys.path`` with each folder's modification time (ns): changes when a package lands."""
+    state = []
+    for entry in sys.path:
+        try:
+            state.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            state.append((entry, None))
+    return tuple(state)
+
+
+def _entry_points(group: str) -> Any:
+    """``importlib.metadata.entry_points(group=group)``, from a scan shared by every group."""
+    key = _path_state()
+    with _ENTRY_POINTS_LOCK:
+        points = _ENTRY_POINTS.get(key)
+        if points is None:
+            points = importlib.metadata.entry_points()
+            _ENTRY_POINTS.clear()
+            _ENTRY_POINTS[key] = points
+    return points.select(group=group)
+
 
 class RegistryError(ValueError):
     """An unknown name, a name declared twice, or an import string that does not import.
@@ -259,7 +289,7 @@ class Registry:
     # -- what is registered ---------------------------------------------------------------
     def _plugins(self) -> list[Entry]:
         try:
-            points = importlib.metadata.entry_points(group=self.group)
+            points = _entry_points(self.group)
         except Exception:  # noqa: BLE001 (a broken installation must not hide the built-ins)
             return []
         entries = []

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 from mlflow.tracking import MlflowClient
@@ -27,6 +28,13 @@ from mlflow.tracking import MlflowClient
 from raysearch.tracking.runs import check_tracking_uri
 
 logger = logging.getLogger("raysearch.tracking")
+
+#: Seconds a queued write waits before the writer thread runs it (:meth:`_SweepBook.flush`
+#: ends the wait). Tune's control loop queues a trial's last writes and its successor's first
+#: ones while it hands a worker from one trial to the next; run at once, they held the driver's
+#: GIL (SQLAlchemy, in this process for a SQLite store) and made that hand-off ~35 ms slower per
+#: trial, ~4% of a sweep of 2-s trials on two cores (``benchmarks/sweep_overhead.py``).
+WRITE_DELAY_S = 0.25
 
 
 class _SweepBook:
@@ -64,6 +72,7 @@ class _SweepBook:
         self.failed_writes = 0
         self.down = False  # the last write failed: probe the store before the next one
         self.queue: queue.Queue = queue.Queue()
+        self.hurry = threading.Event()  # set by flush(): queued writes run without waiting
         self.writer = threading.Thread(target=self._drain, name="raysearch-mlflow", daemon=True)
         self.writer.start()
 
@@ -73,7 +82,10 @@ class _SweepBook:
             try:
                 if item is None:
                     return
-                job, tid = item
+                job, tid, queued = item
+                wait = queued + WRITE_DELAY_S - time.monotonic()
+                if wait > 0:
+                    self.hurry.wait(wait)
                 if self.down and not self.answers():
                     self._lost(tid)  # dropped: Tune's records keep it for `raysearch sync`
                     continue
@@ -103,16 +115,25 @@ class _SweepBook:
         return True
 
     def submit(self, job: Callable[[], None], tid: str | None = None) -> None:
-        """Queue `job` (an MLflow write of trial `tid`, or of the sweep when None)."""
-        self.queue.put((job, tid))
+        """Queue `job` (an MLflow write of trial `tid`, or of the sweep when None).
+
+        The writer thread runs it :data:`WRITE_DELAY_S` seconds later at the earliest (at once
+        during a :meth:`flush`), after the writes queued before it.
+        """
+        self.queue.put((job, tid, time.monotonic()))
 
     def flush(self) -> None:
-        """Wait until every queued write is done."""
+        """Wait until every queued write is done (they run without their delay meanwhile)."""
         if self.writer.is_alive():
-            self.queue.join()
+            self.hurry.set()
+            try:
+                self.queue.join()
+            finally:
+                self.hurry.clear()
 
     def close(self) -> None:
         if self.writer.is_alive():
+            self.hurry.set()
             self.queue.put(None)
             self.writer.join()
 

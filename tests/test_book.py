@@ -1,0 +1,49 @@
+"""The sweep's MLflow writer thread: writes run in order, after their delay, and flush ends it."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from mlflow.tracking import MlflowClient
+
+from raysearch.tracking import book as book_module
+from raysearch.tracking.book import _SweepBook
+
+
+def _book(tmp_path) -> _SweepBook:
+    return _SweepBook(MlflowClient(f"sqlite:///{tmp_path / 'mlruns.db'}"))
+
+
+def test_a_write_waits_its_delay_then_runs_in_order(tmp_path, monkeypatch):
+    # Tune's loop queues a trial's last writes while it starts the next trial on the same
+    # worker; the writer leaves the driver's GIL to it for WRITE_DELAY_S
+    monkeypatch.setattr(book_module, "WRITE_DELAY_S", 60.0)
+    book = _book(tmp_path)
+    done: list[int] = []
+    ran = threading.Event()
+    book.submit(lambda: done.append(1), "t1")
+    book.submit(lambda: (done.append(2), ran.set()), "t2")
+    assert not ran.wait(0.5)  # 60 s to go
+    assert done == []
+    t0 = time.monotonic()
+    book.flush()  # the end of a sweep (or a resume) does not wait for the delays
+    assert done == [1, 2]
+    assert time.monotonic() - t0 < 30.0
+    # after a flush, writes wait their delay again
+    book.submit(lambda: done.append(3), "t3")
+    time.sleep(0.3)
+    assert done == [1, 2]
+    book.close()  # closing runs what is queued, without the delay
+    assert done == [1, 2, 3]
+    assert not book.writer.is_alive()
+
+
+def test_a_write_queued_long_ago_runs_without_waiting(tmp_path, monkeypatch):
+    monkeypatch.setattr(book_module, "WRITE_DELAY_S", 0.2)
+    book = _book(tmp_path)
+    ran = threading.Event()
+    book.submit(ran.set, "t1")
+    assert ran.wait(10.0)
+    assert book.failed_writes == 0
+    book.close()
