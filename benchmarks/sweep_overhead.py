@@ -14,8 +14,13 @@ other; 2. ``two processes``: two warm Python processes (no Ray) each train half 
 
 Ray's start-up and the creation of a fresh MLflow store are left out of rows 3 and 4 (paid once per
 session and once per store, not per sweep); starting the trial processes (importing torch) is in.
-Each row prints its wall time and its speed-up over the plain loop. Targets on a 2-core machine:
-with ~2-s trials raysearch >= bare Tune's speed-up and >= 1.3x; with ~10-s trials >= 1.8x (the
+Rows 3 and 4 run twice each in the order raysearch, bare, bare, raysearch (``--rounds 2``) and
+print the mean: whichever Tuner runs first in a Ray session, or right after another one, finds
+Ray's pool of worker processes in another state (a Tuner that starts within a second of the
+previous one's end may get its actors on processes Ray already started, ~0.7 s earlier on the
+first trial), and the alternation cancels that. Each row prints its wall time and its speed-up
+over the plain loop. Goals on a 2-core machine (issue 27): raysearch's speed-up >= 0.95 of bare
+Tune's at both trial lengths; and >= 1.3x with ~2-s trials, >= 1.8x with ~10-s trials (the
 two-process ceiling is ~2x). Run it on a quiet machine.
 
 The number of epochs of each scenario is set from a measured epoch time so that one trial lasts
@@ -23,6 +28,7 @@ about ``--trial-seconds`` seconds (``2,10``: both scenarios, one after the other
 fixes it instead.
 
 Usage: python benchmarks/sweep_overhead.py [--trial-seconds 2,10] [--trials 16] [--space acls]
+                                          [--rounds 2]
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 TARGETS = {2: 1.3, 10: 1.8}  # trial seconds -> speed-up over the plain loop the issue asks for
+RELATIVE_GOAL = 0.95  # raysearch's speed-up / bare Tune's, at every trial length
 
 
 def _fit_all(configs: list[dict[str, Any]]) -> int:
@@ -135,7 +142,7 @@ def epoch_seconds() -> float:
 
 
 def scenario(space: str, trials: int, epochs: int, concurrency: int, seconds: float | None,
-             tmp: Path) -> list[tuple[str, float]]:
+             tmp: Path, rounds: int) -> list[tuple[str, float]]:
     import ray
 
     from raysearch import tracking
@@ -145,14 +152,28 @@ def scenario(space: str, trials: int, epochs: int, concurrency: int, seconds: fl
     client, uri = tracking.get_client(uri)
     tracking.ensure_experiment(client, tracking.DEFAULT_EXPERIMENT, uri)  # store made before
     init_ray("local")  # a Ray of its own, never another user's running one
-    settings = SweepSettings(num_samples=trials, max_concurrent=concurrency, epochs=epochs,
-                             seed=0, name=f"bench-{epochs}", tracking_uri=uri,
-                             storage_path=str(tmp / "ray"))
-    t0 = time.perf_counter()
-    result = run_sweep(space, settings, progress=lambda line: None)
-    t_sweep = time.perf_counter() - t0
-    configs = [json.loads(c) for c in result.trials["config"]]
-    t_tune = bare_tune(configs, str(tmp / "ray"), concurrency)
+    configs: list[dict[str, Any]] = []
+
+    def ours(run: int) -> float:
+        settings = SweepSettings(num_samples=trials, max_concurrent=concurrency, epochs=epochs,
+                                 seed=0, name=f"bench-{epochs}-{run}", tracking_uri=uri,
+                                 storage_path=str(tmp / "ray"))
+        t0 = time.perf_counter()
+        result = run_sweep(space, settings, progress=lambda line: None)
+        seconds = time.perf_counter() - t0
+        if not configs:  # the configurations bare Tune and the loops train
+            configs.extend(json.loads(c) for c in result.trials["config"])
+        return seconds
+
+    # raysearch, bare, bare, raysearch, ...: each row's mean sees both positions alike
+    t_sweep, t_tune = [], []
+    for run in range(rounds):
+        if run % 2 == 0:
+            t_sweep.append(ours(run))
+            t_tune.append(bare_tune(configs, str(tmp / "ray"), concurrency))
+        else:
+            t_tune.append(bare_tune(configs, str(tmp / "ray"), concurrency))
+            t_sweep.append(ours(run))
     ray.shutdown()
 
     _warm()
@@ -161,11 +182,13 @@ def scenario(space: str, trials: int, epochs: int, concurrency: int, seconds: fl
     t_loop = time.perf_counter() - t0
     t_two = two_processes(configs)
     label = f"~{seconds:g}-s trials, " if seconds else ""
+    runs = "" if rounds == 1 else f"; Tune rows: mean of {rounds} runs each, " + ", ".join(
+        f"raysearch {a:.2f} s / bare {b:.2f} s" for a, b in zip(t_sweep, t_tune, strict=True))
     print(f"\n{len(configs)} '{space}' configs x {epochs} epochs on digits ({label}"
-          f"{t_loop / len(configs):.2f} s per trial in the loop, {diverged} diverged)")
+          f"{t_loop / len(configs):.2f} s per trial in the loop, {diverged} diverged{runs})")
     return [("plain loop (1 process)", t_loop), ("two processes (the ceiling)", t_two),
-            (f"bare Ray Tune ({concurrency} at once)", t_tune),
-            (f"raysearch sweep ({concurrency} at once)", t_sweep)]
+            (f"bare Ray Tune ({concurrency} at once)", sum(t_tune) / rounds),
+            (f"raysearch sweep ({concurrency} at once)", sum(t_sweep) / rounds)]
 
 
 def main() -> None:
@@ -176,6 +199,8 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--space", default="acls")
     ap.add_argument("--concurrency", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="runs of each Tune row, alternating which goes first (default 2)")
     args = ap.parse_args()
 
     if args.epochs:
@@ -187,17 +212,18 @@ def main() -> None:
                  for s in args.trial_seconds.split(",")]
     for seconds, epochs in plans:
         with tempfile.TemporaryDirectory() as d:
-            rows = scenario(args.space, args.trials, epochs, args.concurrency, seconds, Path(d))
+            rows = scenario(args.space, args.trials, epochs, args.concurrency, seconds, Path(d),
+                            max(args.rounds, 1))
         loop = rows[0][1]
         target = TARGETS.get(round(seconds)) if seconds else None
         for name, t in rows:
             print(f"  {name:<32s} {t:8.2f} s   {loop / t:5.2f}x")
         tune_x, ours_x = loop / rows[2][1], loop / rows[3][1]
-        verdict = f"raysearch / bare Tune speed-up: {ours_x / tune_x:.2f}"
+        relative = ours_x / tune_x
+        verdict = (f"raysearch / bare Tune speed-up: {relative:.2f}; goal >= {RELATIVE_GOAL}: "
+                   f"{'met' if relative >= RELATIVE_GOAL else 'NOT met'}")
         if target:
-            ok = ours_x >= target and (seconds > 5 or ours_x >= tune_x)
-            verdict += f"; target >= {target}x{' and >= bare Tune' if seconds <= 5 else ''}: " \
-                       f"{'met' if ok else 'NOT met'}"
+            verdict += f"; speed-up >= {target}x: {'met' if ours_x >= target else 'NOT met'}"
         print(f"  {verdict}")
 
 

@@ -1,4 +1,5 @@
-"""The sweep's MLflow writer thread: writes run in order, after their delay, and flush ends it."""
+"""The sweep's MLflow writer thread (writes in order, after their delay; flush ends it) and
+the driver's frozen heap while Tune runs."""
 
 from __future__ import annotations
 
@@ -47,3 +48,21 @@ def test_a_write_queued_long_ago_runs_without_waiting(tmp_path, monkeypatch):
     assert ran.wait(10.0)
     assert book.failed_writes == 0
     book.close()
+
+
+def test_the_heap_of_a_sweep_is_frozen_while_tune_runs_and_given_back():
+    import gc
+
+    from raysearch.tune.engine import frozen_heap
+
+    before = gc.get_freeze_count()
+    kept = [object() for _ in range(10)]  # objects that exist when the sweep starts
+    with frozen_heap():
+        assert gc.get_freeze_count() >= before + len(kept)  # no collection walks them
+    assert gc.get_freeze_count() == before  # all collectable again afterwards
+    try:
+        with frozen_heap():
+            raise KeyboardInterrupt  # Ctrl-C in Tune's loop
+    except KeyboardInterrupt:
+        pass
+    assert gc.get_freeze_count() == before
