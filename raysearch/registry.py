@@ -94,16 +94,17 @@ def _path_state() -> tuple:
     return tuple(state)
 
 
-def _entry_points(group: str) -> Any:
+def _entry_points(group: str) -> tuple[Any, ...]:
     """``importlib.metadata.entry_points(group=group)``, from a scan shared by every group."""
     key = _path_state()
     with _ENTRY_POINTS_LOCK:
-        points = _ENTRY_POINTS.get(key)
-        if points is None:
-            points = importlib.metadata.entry_points()
+        groups = _ENTRY_POINTS.get(key)
+        if groups is None:
             _ENTRY_POINTS.clear()
-            _ENTRY_POINTS[key] = points
-    return points.select(group=group)
+            groups = _ENTRY_POINTS[key] = {"": importlib.metadata.entry_points()}
+        if group not in groups:
+            groups[group] = tuple(groups[""].select(group=group))
+        return groups[group]
 
 
 class RegistryError(ValueError):
