@@ -324,6 +324,17 @@ def _assert_whole(uri: str, tmp_path: Path, name: str, trials: int, epochs: int)
     return parent.info.run_id
 
 
+def _resume_whole(uri: str, tmp_path: Path, common: list[str], name: str, trials: int,
+                  epochs: int, timeout: int) -> None:
+    """``sweep --resume NAME`` completes every trial, the record is whole, a sync adds nothing."""
+    resumed = subprocess.run([*RAYSEARCH, "sweep", "--resume", name, *common],
+                             capture_output=True, text=True, timeout=timeout)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert f"{trials}/{trials} trials complete" in resumed.stdout, resumed.stdout
+    _assert_whole(uri, tmp_path, name, trials=trials, epochs=epochs)
+    _sync_changes_nothing(common, name)
+
+
 def _sync_changes_nothing(common: list[str], name: str) -> None:
     again = subprocess.run([*RAYSEARCH, "sync", name, *common[:2]], capture_output=True,
                            text=True, timeout=120)
@@ -380,12 +391,7 @@ def test_resume_after_the_driver_was_killed_before_any_trial_finished(one_node, 
     _poll(uri, proc, mid_training)
     os.kill(proc.pid, signal.SIGKILL)  # in the middle of an epoch of every running trial
     proc.wait()
-    resumed = subprocess.run([*RAYSEARCH, "sweep", "--resume", "early", *common],
-                             capture_output=True, text=True, timeout=400)
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert "3/3 trials complete" in resumed.stdout, resumed.stdout
-    _assert_whole(uri, tmp_path, "early", trials=3, epochs=15)
-    _sync_changes_nothing(common, "early")
+    _resume_whole(uri, tmp_path, common, "early", trials=3, epochs=15, timeout=400)
 
 
 @pytest.mark.slow
@@ -398,9 +404,4 @@ def test_resume_after_the_driver_was_killed_during_the_selection(one_node, tmp_p
     artifacts = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
     assert "trials.parquet" in artifacts
     assert "pareto.png" not in artifacts
-    resumed = subprocess.run([*RAYSEARCH, "sweep", "--resume", "selecting", *common],
-                             capture_output=True, text=True, timeout=300)
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert "2/2 trials complete" in resumed.stdout, resumed.stdout
-    _assert_whole(uri, tmp_path, "selecting", trials=2, epochs=4)
-    _sync_changes_nothing(common, "selecting")
+    _resume_whole(uri, tmp_path, common, "selecting", trials=2, epochs=4, timeout=300)
