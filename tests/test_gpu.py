@@ -160,7 +160,7 @@ class Recorder(nn.Module):
                 "x_dtype": x.dtype, "conv_dtype": h.dtype,
                 "autocast": torch.is_autocast_enabled("cuda"),
                 "autocast_dtype": torch.get_autocast_dtype("cuda"),
-                "x_channel_stride": x.stride(1),
+                "h_channel_stride": h.stride(1),
                 "weight_channels_last": self.mix.weight.is_contiguous(
                     memory_format=torch.channels_last),
                 "weight_contiguous": self.mix.weight.is_contiguous(),
@@ -193,15 +193,18 @@ def test_autocast_runs_the_training_forward_in_bf16(digits):
         assert record["conv_dtype"] == torch.bfloat16  # the convolution ran in bf16
     _, fp32 = _recording_fit(digits, "fp32")
     assert all(not r["autocast"] and r["conv_dtype"] == torch.float32 for r in fp32)
+    assert all(r["h_channel_stride"] == 1 for r in fp32)  # channels-last without autocast too
     assert result.val_logits.dtype == np.float32
 
 
 def test_training_on_cuda_is_channels_last(digits):
-    # digits batches are (N, 1, 8, 8): channel stride 64 when contiguous, 1 channels-last
-    # (strides (64, 1, 8, 1)); the 8 -> 8 convolution's weight is unambiguous
+    # digits batches are (N, 1, 8, 8): one channel, so the batch's own strides say nothing
+    # (torch keeps (64, 64, 8, 1) in both formats); the first convolution's (N, 8, 8, 8)
+    # output and the 8 -> 8 convolution's weight are unambiguous: channel stride 1 (strides
+    # (512, 1, 64, 8)) when channels-last, 64 when contiguous
     result, seen = _recording_fit(digits, "bf16")
     assert seen
-    assert all(r["x_channel_stride"] == 1 for r in seen)
+    assert all(r["h_channel_stride"] == 1 for r in seen)
     assert all(r["weight_channels_last"] and not r["weight_contiguous"] for r in seen)
     assert next(result.model.parameters()).is_cuda
     assert result.model.mix.weight.is_contiguous(memory_format=torch.channels_last)
@@ -300,18 +303,24 @@ def _random_probs(rng, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_meter_on_cuda_equals_the_cpu_for_classification():
+    # A streaming meter keeps its sums on the GPU; a keep_samples meter (the table's samples)
+    # keeps host copies, so its sums live on the CPU. Both equal the CPU's numbers.
     rng = np.random.default_rng(0)
     cpu = CalibrationMeter(10, keep_samples=True)
-    gpu = CalibrationMeter(10, keep_samples=True)
+    gpu = CalibrationMeter(10)
+    kept = CalibrationMeter(10, keep_samples=True)
     for _ in range(3):  # three batches: the sums accumulate on each device
         p, y = _random_probs(rng, 700, 10)
         cpu.update(torch.from_numpy(p), torch.from_numpy(y))
         gpu.update(torch.from_numpy(p).cuda(), torch.from_numpy(y).cuda())
+        kept.update(torch.from_numpy(p).cuda(), torch.from_numpy(y).cuda())
     assert gpu.device.type == "cuda"
+    assert kept.device.type == "cpu"
     expected = cpu.compute()
     assert expected["n"] == 2100
     assert gpu.compute() == pytest.approx(expected, abs=1e-6, nan_ok=True)
-    assert gpu.table() == pytest.approx(cpu.table(), abs=1e-6, nan_ok=True)
+    assert kept.compute() == pytest.approx(expected, abs=1e-6, nan_ok=True)
+    assert kept.table() == pytest.approx(cpu.table(), abs=1e-6, nan_ok=True)
 
 
 def test_meter_on_cuda_equals_the_cpu_for_segmentation_with_ignore_index():
@@ -429,9 +438,14 @@ def test_a_cuda_checkpoint_resumes_on_the_cpu_and_back(digits, tmp_path):
     assert next(to_gpu.model.parameters()).is_cuda
     for resumed, straight in ((to_cpu, cpu), (to_gpu, gpu)):
         assert resumed.epochs_completed == 3
-        for key in ("val_nll", "test_nll", "val_ece", "test_ece"):
+        # CUDA and CPU kernels round differently, and the difference grows over the epochs
+        # trained: the NLL moves little; one digit of 360 crossing a bin or flipping its
+        # prediction moves the ECE and the accuracy by up to 1/360 (first GPU run: val ECE
+        # 0.0290 against 0.0320). A resume that lost the optimiser's momentum moves the
+        # validation NLL by ~0.04 (CPU, these settings).
+        for key in ("val_nll", "test_nll"):
             assert resumed.metrics[key] == pytest.approx(straight.metrics[key], abs=2e-3), key
-        for key in ("val_accuracy", "test_accuracy"):  # 1/360 per digit: at most 2 digits
+        for key in ("val_ece", "test_ece", "val_accuracy", "test_accuracy"):  # 2 digits at most
             assert resumed.metrics[key] == pytest.approx(straight.metrics[key], abs=0.006), key
 
 
