@@ -121,6 +121,45 @@ def test_dense_batches_equal_batch_metrics(dtype, n_bins):
     assert all(isinstance(value, float) for value in got.values())
 
 
+@pytest.mark.parametrize("background", [0, None])
+def test_histogram_copies_and_blocks_give_the_same_state(monkeypatch, background):
+    # The accelerator settings (R copies of each histogram, pixel i adding to copy i % R;
+    # large blocks) run here on the CPU: every count equals the one-copy state, float sums to
+    # the last bits, whatever the block size (several blocks, a shorter last one).
+    from raysearch.metrics import meter_sums
+
+    rng = np.random.default_rng(3)
+    batches = [_segmentation_batch(rng, n, 6, h, w, np.float32) for n, h, w in
+               [(3, 17, 9), (2, 8, 30)]]
+
+    def state(replicas: int, entries: int, cap: int = 1 << 20) -> dict:
+        monkeypatch.setitem(meter_sums._METER_REPLICAS, "cpu", replicas)
+        monkeypatch.setitem(meter_sums._METER_BLOCK_ENTRIES, "cpu", entries)
+        monkeypatch.setattr(meter_sums, "_METER_REPLICA_SLOTS", cap)
+        meter = CalibrationMeter(6, ignore_index=IGNORE, background=background)
+        for p, y in batches:
+            meter.update(torch.from_numpy(p), torch.from_numpy(y))
+        return meter.state_dict()
+
+    monkeypatch.setattr(meter_sums, "_METER_REPLICA_SLOTS", 100)
+    edges = torch.from_numpy(_equal_width_edges(15))
+    copies = meter_sums._UpdateSums(6, edges, IGNORE, background, replicas=512).copies
+    assert copies == {31: 3, 16: 6, 91: 1, 37: 2, 15: 6}  # by slots: pairs, conf, class, ...
+    one = state(1, 1 << 20)
+    assert one["class_counts"].sum() == 6 * one["top_counts"].sum() > 0
+    # (copies, block entries, slots cap): with a cap of 100 slots the 91-slot class-wise
+    # histograms keep 1 copy, the 31-slot confidence pairs 3, the 15-slot gaps 6
+    for replicas, entries, cap in [(5, 1 << 20, 1 << 20), (128, 1 << 20, 1 << 20),
+                                   (7, 6 * 40, 1 << 20), (3, 6 * 7, 1 << 20), (512, 6 * 50, 100)]:
+        got = state(replicas, entries, cap)
+        assert set(got) == set(one)
+        for name, tensor in one.items():
+            if tensor.is_floating_point():
+                torch.testing.assert_close(got[name], tensor, rtol=1e-12, atol=1e-12, msg=name)
+            else:
+                assert torch.equal(got[name], tensor), (name, replicas, entries, cap)
+
+
 def test_classification_batches_equal_calibration_summary():
     rng = np.random.default_rng(1)
     k = 10

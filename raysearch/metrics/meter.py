@@ -44,6 +44,7 @@ from raysearch.metrics.classwise import _classwise_ece
 # the per-bin sums of one batch live in raysearch.metrics.meter_sums
 from raysearch.metrics.meter_sums import _METER_BLOCK_ENTRIES as _METER_BLOCK_ENTRIES
 from raysearch.metrics.meter_sums import _METER_NLL_EPS as _METER_NLL_EPS
+from raysearch.metrics.meter_sums import _METER_REPLICAS as _METER_REPLICAS
 from raysearch.metrics.meter_sums import _METER_WORK_DTYPES as _METER_WORK_DTYPES
 from raysearch.metrics.meter_sums import _index_add_ones as _index_add_ones
 from raysearch.metrics.meter_sums import _meter_tensor as _meter_tensor
@@ -291,7 +292,10 @@ class CalibrationMeter:
 
     @property
     def device(self) -> torch.device | None:
-        """Device of the state: that of the first update's ``probs`` (None before it)."""
+        """Device of the state: that of the first update's ``probs`` (None before it).
+
+        The CPU for a ``keep_samples`` meter (its kept batches are NumPy arrays).
+        """
         self._sum_kept()
         return None if self._state is None else self._state["top_counts"].device
 
@@ -418,10 +422,15 @@ class CalibrationMeter:
         The state lives on the device of the first update's ``probs`` (NumPy input: the CPU);
         later inputs and ``labels`` are moved there. Pixels labelled ``ignore_index`` are
         dropped (their probabilities are not checked). A batch that fails a check leaves the
-        state unchanged. The work runs in blocks of about 2**20 entries of ``probs`` (2**22 on
-        accelerators), whose temporaries take ~40 bytes per entry; across blocks it keeps 17
-        bytes per pixel of the batch for the ``aece`` sample. Two host synchronisations: the
-        checks and the sample.
+        state unchanged. The work runs in blocks of about 2**20 entries of ``probs`` (2**24 on
+        accelerators: ~0.8 GiB of GPU memory for a VOC-sized batch), whose temporaries take
+        ~40 bytes per entry; across blocks it keeps 17 bytes per pixel of the batch for the
+        ``aece`` sample. On accelerators each histogram is spread over up to 512 copies
+        (``_METER_REPLICAS``: atomic adds to one slot wait on each other). Two host
+        synchronisations: the checks and the sample.
+
+        With ``keep_samples=True`` the kept batches are NumPy copies in host memory, so the
+        sums of such a meter live on the CPU whatever the device of ``probs``.
 
         With ``keep_samples=True`` the batch is first validated as the metric functions do
         (same errors) and kept (see the class docstring).
@@ -484,11 +493,14 @@ class CalibrationMeter:
         s = p3.shape[2]
         work = p.dtype if p.dtype in _METER_WORK_DTYPES else torch.float32
         edges = torch.from_numpy(_equal_width_edges(self.n_bins)).to(p.device, work)
-        sums = _UpdateSums(k, edges, self.ignore_index, self.background)
+        place = "cpu" if p.device.type == "cpu" else "accelerator"
+        sums = _UpdateSums(
+            k, edges, self.ignore_index, self.background, replicas=_METER_REPLICAS[place]
+        )
         keys = torch.rand((n, s), generator=self._generator, dtype=torch.float64, device=p.device)
         conf = torch.empty((n, s), dtype=torch.float64, device=p.device)
         hits = torch.empty((n, s), dtype=torch.bool, device=p.device)
-        entries = _METER_BLOCK_ENTRIES["cpu" if p.device.type == "cpu" else "accelerator"]
+        entries = _METER_BLOCK_ENTRIES[place]
         per_block = max(1, entries // k)  # pixels per block
         images, width = (1, per_block) if s >= per_block else (max(1, per_block // s), s)
         for i in range(0, n, images):
@@ -500,6 +512,7 @@ class CalibrationMeter:
         if not checked:
             row_tolerance = 2.0**-7 if p.dtype == torch.bfloat16 else _ROW_SUM_TOLERANCE
             self._check_values(sums.checks, row_tolerance)
+        sums.fold()
 
         state, m = self._state, self.n_bins
         pairs = sums.top_pairs[: 2 * m].view(m, 2)  # (misses, hits) per bin

@@ -20,7 +20,17 @@ from raysearch.metrics.binning import (
 
 #: Entries of ``probs`` per block of :meth:`CalibrationMeter.update` on the CPU (in cache) and
 #: on accelerators (fewer kernel launches); its temporaries take ~40 bytes per entry.
-_METER_BLOCK_ENTRIES = {"cpu": 1 << 20, "accelerator": 1 << 22}
+_METER_BLOCK_ENTRIES = {"cpu": 1 << 20, "accelerator": 1 << 24}
+#: Copies of each histogram of an update on the CPU and on accelerators, at most. On a GPU,
+#: most of a segmentation batch's K scores fall in the first bin of their class: thousands of
+#: threads adding to the same few slots wait on each other (atomic adds to one address run
+#: one at a time; on an H200, 85% of an 8 x 21 x 512 x 512 update went there with one copy).
+#: Pixel i adds to copy ``i % R`` and the copies are summed once per update. The CPU adds in
+#: order and needs one.
+_METER_REPLICAS = {"cpu": 1, "accelerator": 512}
+#: A histogram takes fewer copies when R copies would exceed this many slots (8 MiB of
+#: float64): a (K, K) confusion matrix of 1,000 classes gets one.
+_METER_REPLICA_SLOTS = 1 << 20
 #: Floor on the probability of the true class in the meter's NLL, as in :func:`nll`.
 _METER_NLL_EPS = 1e-12
 #: Floating dtypes the meter works in; float16 and bfloat16 become float32, as in the functions.
@@ -58,7 +68,13 @@ class _UpdateSums:
     Histograms hold one more slot than the state: pixels to drop (ignored labels) are sent to
     that last slot instead of being removed, so that no step depends on how many pixels are
     valid (no host synchronisation on CUDA). They are added to the state only after the
-    checks have passed.
+    checks have passed, and after :meth:`fold`.
+
+    With ``replicas`` R > 1 a histogram of J slots holds ``r = min(R, max(1,
+    _METER_REPLICA_SLOTS // J))`` copies (slot j of copy c at ``j * r + c``) and pixel i of a
+    block adds to copy ``i % r`` (see :data:`_METER_REPLICAS`); :meth:`fold` sums the copies.
+    The integer counts are the same for any R; float sums may differ in the last bits (another
+    order of addition).
     """
 
     def __init__(
@@ -67,14 +83,19 @@ class _UpdateSums:
         edges: torch.Tensor,
         ignore_index: int | None,
         background: int | None,
+        replicas: int = 1,
     ) -> None:
         k, m = num_classes, edges.numel() - 1
         self.k, self.m, self.edges = k, m, edges
         self.ignore_index, self.background = ignore_index, background
         device = edges.device
+        self.copies: dict[int, int] = {}  # copies of each histogram, by its number of slots
+        self._lanes: dict[tuple[int, int, int], torch.Tensor] = {}
 
-        def zeros(size: int, dtype: torch.dtype) -> torch.Tensor:
-            return torch.zeros(size, dtype=dtype, device=device)
+        def zeros(size: int, dtype: torch.dtype) -> torch.Tensor:  # a histogram's copies
+            r = max(1, min(int(replicas), _METER_REPLICA_SLOTS // size))
+            self.copies[size] = r
+            return torch.zeros(size * r, dtype=dtype, device=device)
 
         self.top_pairs = zeros(2 * m + 1, torch.int64)  # slot 2b + hit of confidence bin b
         self.top_conf = zeros(m + 1, torch.float64)
@@ -84,7 +105,7 @@ class _UpdateSums:
         self.confusion = zeros(k * k + 1, torch.int64)  # slot y*K + argmax
         self.released = zeros(m, torch.float64)  # per bin: sum of hit - confidence
         # sum of -log max(p_y, eps), sum of 1 - 2 p_y + sum_k p_k^2, released pixels
-        self.sums = zeros(3, torch.float64)
+        self.sums = torch.zeros(3, dtype=torch.float64, device=device)
         # lowest and highest valid label, lowest valid entry, highest valid confidence, largest
         # |row sum - 1| of a valid pixel
         self.checks = torch.tensor(
@@ -112,8 +133,10 @@ class _UpdateSums:
             foreground = y != self.background
             released = foreground if valid is None else valid & foreground
 
-        def drop(index: torch.Tensor, size: int, mask: torch.Tensor | None) -> torch.Tensor:
-            return index if mask is None else index.masked_fill_(~mask, size)
+        def drop(index: torch.Tensor, slots: int, mask: torch.Tensor | None) -> torch.Tensor:
+            """Slots of a histogram of `slots` (dropped pixels: the last), in its copies."""
+            index = index if mask is None else index.masked_fill_(~mask, slots - 1)
+            return self._spread(index, slots)
 
         def zero(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
             return values if mask is None else values.masked_fill_(~mask, 0)
@@ -129,18 +152,20 @@ class _UpdateSums:
         hits = pred == labels
         bins = _torch_equal_width_bins(conf, edges)
         conf64 = conf.to(torch.float64)
-        _index_add_ones(self.top_pairs, drop(2 * bins + hits, 2 * m, valid))
-        self.top_conf.index_add_(0, drop(bins.clone(), m, valid).reshape(-1), conf64.reshape(-1))
-        _index_add_ones(self.confusion, drop(labels * k + pred, k * k, valid))
+        _index_add_ones(self.top_pairs, drop(2 * bins + hits, 2 * m + 1, valid))
+        self.top_conf.index_add_(
+            0, drop(bins.clone(), m + 1, valid).reshape(-1), conf64.reshape(-1)
+        )
+        _index_add_ones(self.confusion, drop(labels * k + pred, k * k + 1, valid))
         # The released evaluator's n_b * ECE_b = sum over bins of |hits - confidences|.
         gaps = zero(hits.to(torch.float64) - conf64, released)
-        self.released.index_add_(0, bins.reshape(-1), gaps.reshape(-1))
+        self.released.index_add_(0, self._spread(bins, m).reshape(-1), gaps.reshape(-1))
 
         # True class: NLL (-log max(p_y, eps), as `nll`), Brier (1 - 2 p_y + sum_k p_k^2, as
         # `brier`) and the class-wise hits (slot y*M + bin of p_y).
         true_prob = x.gather(1, labels.unsqueeze(1)).squeeze(1)
         true_slots = _torch_equal_width_bins(true_prob, edges).add_(labels * m)
-        _index_add_ones(self.class_hits, drop(true_slots, k * m, valid))
+        _index_add_ones(self.class_hits, drop(true_slots, k * m + 1, valid))
         true_prob = true_prob.to(torch.float64)
 
         # All K scores: class-wise counts and sums (class c owns slots c*M ... c*M + M - 1),
@@ -149,6 +174,7 @@ class _UpdateSums:
         dropped = None if valid is None else ~valid.unsqueeze(1)  # (B, 1, S)
         if dropped is not None:
             slots.masked_fill_(dropped, k * m)
+        slots = self._spread(slots, k * m + 1)
         _index_add_ones(self.class_counts, slots)
         x64 = x.to(torch.float64)
         self.class_scores.index_add_(0, slots.reshape(-1), x64.reshape(-1))
@@ -185,3 +211,35 @@ class _UpdateSums:
         if valid is not None:
             keys.masked_fill_(~valid, math.inf)
         return conf64, hits
+
+    def _spread(self, index: torch.Tensor, size: int) -> torch.Tensor:
+        """`index` (in place) into the copies of a histogram of `size` slots: pixel i's copy.
+
+        `index` is (B, S) (a slot per pixel) or (B, K, S) (a slot per class score of each
+        pixel); its pixels are those of the block in order, i = b * S + s.
+        """
+        r = self.copies[size]
+        if r == 1:
+            return index
+        b, s = index.shape[0], index.shape[-1]
+        if (b, s, r) not in self._lanes:
+            i = torch.arange(b * s, dtype=torch.int64, device=index.device)
+            self._lanes[(b, s, r)] = i.remainder_(r).view(b, s)
+        lane = self._lanes[(b, s, r)]
+        return index.mul_(r).add_(lane if index.ndim == 2 else lane.unsqueeze(1))
+
+    def fold(self) -> None:
+        """Sum the copies of every histogram into one (once, after the last block)."""
+        m, k = self.m, self.k
+        for name, size in (
+            ("top_pairs", 2 * m + 1),
+            ("top_conf", m + 1),
+            ("class_counts", k * m + 1),
+            ("class_scores", k * m + 1),
+            ("class_hits", k * m + 1),
+            ("confusion", k * k + 1),
+            ("released", m),
+        ):
+            hist = getattr(self, name)
+            if hist.numel() != size:  # not yet folded
+                setattr(self, name, hist.view(size, -1).sum(dim=1))
