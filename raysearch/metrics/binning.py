@@ -215,21 +215,13 @@ def _torch_equal_width_bins(scores: torch.Tensor, edges: torch.Tensor) -> torch.
     """Equal-width bin (int64, shape of ``scores``) by the rule of :func:`_assign_bins`.
 
     ``edges`` holds the M + 1 edges of :func:`_equal_width_edges` cast to the dtype of
-    ``scores``. ``ceil(s * M) - 1`` is the (lo, hi] bin up to the rounding of ``s * M``, which
-    moves it by at most one bin; one comparison with the exact lower and upper edge of the
-    guessed bin moves it back, so the result equals ``np.searchsorted(edges, s) - 1`` clipped
-    to [0, M - 1] (0.0 in the first bin, 1.0 in the last) without a binary search.
+    ``scores``. The bin is the number of inner edges below the score
+    (``torch.bucketize`` on the M - 1 inner edges: one kernel, exact comparisons), which is
+    ``np.searchsorted(edges, s) - 1`` clipped to [0, M - 1]: the (lo, hi] bin, 0.0 in the
+    first bin, 1.0 in the last, scores below 0 in the first and above 1 in the last.
 
     The device form of the equal-width rule of :func:`_assign_bins` (NumPy on the host): this
     one runs on the device of ``scores`` (a GPU for segmentation batches) with no host
     synchronisation. tests/test_meter.py checks that both give the same bins.
     """
-    m = edges.numel() - 1
-    index = torch.ceil(scores * m).to(torch.int64)
-    index.sub_(1).clamp_(0, m - 1)
-    if m > 1:
-        # uint8 views: int64 arithmetic with bool tensors is refused by torch
-        index.sub_((scores <= torch.take(edges, index)).view(torch.uint8)).clamp_(min=0)
-        index.add_((scores > torch.take(edges[1:], index)).view(torch.uint8))
-        index.clamp_(max=m - 1)
-    return index
+    return torch.bucketize(scores, edges[1:-1])
