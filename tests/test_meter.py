@@ -131,6 +131,8 @@ def test_histogram_copies_and_blocks_give_the_same_state(monkeypatch, background
     rng = np.random.default_rng(3)
     batches = [_segmentation_batch(rng, n, 6, h, w, np.float32) for n, h, w in
                [(3, 17, 9), (2, 8, 30)]]
+    flat, labels = _valid_pixels(*batches[0])  # a (N, K) classification batch: one pixel each
+    batches.append((np.ascontiguousarray(flat[:70]), labels[:70]))
 
     def state(replicas: int, entries: int, cap: int = 1 << 20) -> dict:
         monkeypatch.setitem(meter_sums._METER_REPLICAS, "cpu", replicas)

@@ -224,4 +224,5 @@ def _torch_equal_width_bins(scores: torch.Tensor, edges: torch.Tensor) -> torch.
     one runs on the device of ``scores`` (a GPU for segmentation batches) with no host
     synchronisation. tests/test_meter.py checks that both give the same bins.
     """
-    return torch.bucketize(scores, edges[1:-1])
+    # contiguous: bucketize copies (and warns about) a strided tensor anyway
+    return torch.bucketize(scores.contiguous(), edges[1:-1])

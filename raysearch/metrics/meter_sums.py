@@ -125,7 +125,7 @@ class _UpdateSums:
             keys: (B, S) float64 sample keys of these pixels, set to inf where dropped.
         """
         k, m, edges = self.k, self.m, self.edges
-        x = x.to(edges.dtype)
+        x = x.to(edges.dtype).contiguous()  # a block of pixels is a strided view of the batch
         y = y.to(torch.int64)
         valid = None if self.ignore_index is None else y != self.ignore_index
         released = valid
