@@ -314,6 +314,20 @@ def test_calibrate_outputs_report(tmp_path):
     assert "test_ks_ts_cw" in metrics
 
 
+def test_calibrate_outputs_without_the_uncalibrated_row():
+    # a sweep trial measured the raw split already: the calibrators' rows alone, the same
+    logits, labels = _synthetic(n=600, k=4, seed=2)
+    outputs = Outputs(logits, labels)
+    full = calibrate_outputs(outputs, ["ts", "ets"], seed=3)
+    short = calibrate_outputs(outputs, ["ts", "ets"], seed=3, uncalibrated=False)
+    assert [row.name for row in short.rows] == ["ts", "ets"]
+    for name in ("ts", "ets"):
+        assert short.row(name).metrics == full.row(name).metrics
+        assert short.row(name).params == full.row(name).params
+    assert short.as_metrics("val") == full.as_metrics("val", calibrated_only=True)
+    assert "ts" in short.format_table()
+
+
 def test_failing_calibrator_becomes_a_row(monkeypatch):
     from raysearch import calibration
 

@@ -642,8 +642,8 @@ class CalibrationReport:
     """Metrics of the uncalibrated outputs and of every fitted calibrator on held-out samples.
 
     Attributes:
-        rows: ``"uncalibrated"`` first, then one row per (method, class-wise flag) in the order
-            asked.
+        rows: ``"uncalibrated"`` first (unless :func:`calibrate_outputs` left it out), then
+            one row per (method, class-wise flag) in the order asked.
         n_calibration: samples the calibrators were fitted on.
         n_evaluation: samples the metrics were computed on.
         n_classes: number of classes K.
@@ -788,6 +788,7 @@ def calibrate_outputs(
     fraction: float = 0.5,
     seed: int = 0,
     n_bins: int = 15,
+    uncalibrated: bool = True,
 ) -> CalibrationReport:
     """Fit post-hoc calibrators on a calibration part and measure them on an evaluation part.
 
@@ -813,6 +814,10 @@ def calibrate_outputs(
         fraction: calibration share of a random split, in (0, 1). Defaults to ``0.5``.
         seed: seed of a random split, >= 0. Defaults to ``0``.
         n_bins: number of bins of the binned metrics. Defaults to ``15``.
+        uncalibrated: also measure the uncalibrated row. ``False`` leaves it out (the report
+            holds the calibrators' rows only), for a caller that has those numbers already: a
+            sweep trial measured its test split in :func:`raysearch.training.run.fit`.
+            Defaults to ``True``.
 
     Returns:
         A :class:`CalibrationReport`.
@@ -848,7 +853,8 @@ def calibrate_outputs(
 
     parts = split_outputs(outputs, fraction=fraction, seed=seed)
     cal, ev = parts.calibration, parts.evaluation
-    rows = [_evaluated_row("uncalibrated", False, softmax(ev.logits), ev.labels, n_bins, {}, None)]
+    rows = [_evaluated_row("uncalibrated", False, softmax(ev.logits), ev.labels, n_bins, {},
+                           None)] if uncalibrated else []
     for name in names:
         for flag in flags:
             start = time.perf_counter()

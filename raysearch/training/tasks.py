@@ -260,13 +260,15 @@ class ClassificationTask(Task):
         split = ["val"] * len(result.val_labels) + ["test"] * len(result.test_labels)
         write_outputs_parquet(out / LOGITS_FILE, logits, labels, split)
         if posthoc:
+            # the uncalibrated rows are left out: fit measured the test split already, and the
+            # val half's raw numbers are not reported
             report = calibrate_outputs(Outputs(logits, labels, split=np.asarray(split)),
-                                       methods=posthoc, n_bins=cfg.ece_bins)
+                                       methods=posthoc, n_bins=cfg.ece_bins, uncalibrated=False)
             final.update({k: v for k, v in report.as_metrics("test").items()
                           if k not in result.metrics})
             val_only = Outputs(result.val_logits, result.val_labels)
             halves = calibrate_outputs(val_only, methods=posthoc, n_bins=cfg.ece_bins,
-                                       fraction=0.5, seed=cfg.seed)
+                                       fraction=0.5, seed=cfg.seed, uncalibrated=False)
             final.update(halves.as_metrics("val", calibrated_only=True))
         if options.get("shift_set"):
             final.update(_shift_eval(result, cfg, test, options["shift_set"], posthoc, out))
