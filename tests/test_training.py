@@ -86,6 +86,28 @@ def test_states_are_snapshots(three_epochs):
     assert any(not torch.equal(first[k], final[k]) for k in final)
 
 
+def test_epoch_states_copy_the_state_of_the_asked_epochs_only(digits, monkeypatch):
+    import raysearch.training.run as run_module
+
+    copied = []
+    real = run_module._checkpoint
+    monkeypatch.setattr(run_module, "_checkpoint",
+                        lambda run, epoch: copied.append(epoch) or real(run, epoch))
+    asked, calls = [], []
+    cfg = RunConfig(method="ce", epochs=3, seed=0)
+    result = fit(cfg, data=digits, on_epoch=lambda e, m, s: calls.append((e, m, s)),
+                 epoch_states=lambda e: asked.append(e) or e == 2)
+    assert asked == [1, 2, 3]  # asked after each epoch, before on_epoch
+    assert copied == [2]  # nothing copied for the others
+    assert [e for e, _, _ in calls] == [1, 2, 3]
+    assert calls[0][2] is None
+    assert calls[2][2] is None
+    assert calls[1][2]["epoch"] == 2
+    # the state is the same as without the option: training resumes from it alike
+    resumed = fit(cfg, data=digits, resume=calls[1][2])
+    assert resumed.metrics["val_nll"] == result.metrics["val_nll"]
+
+
 def test_cosine_schedule(three_epochs):
     cfg, _, calls = three_epochs
     for epoch, _, state in calls:

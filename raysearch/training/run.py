@@ -180,7 +180,7 @@ _Amp, _Source, _Dist, _predict_source, _numpy_logits = (Amp, Source, Dist, predi
 
 logger = logging.getLogger(__name__)
 
-OnEpoch = Callable[[int, dict[str, float], dict[str, Any]], None]
+OnEpoch = Callable[[int, dict[str, float], dict[str, Any] | None], None]
 
 
 @dataclass
@@ -211,6 +211,7 @@ def fit(
     distributed: bool | None = None,
     components: Mapping[str, Mapping[str, Any]] | None = None,
     metrics: Mapping[str, Any] | None = None,
+    epoch_states: Callable[[int], bool] | None = None,
 ) -> TrainResult:
     """Train one configuration and evaluate it on validation (every epoch) and test (at the end).
 
@@ -246,6 +247,12 @@ def fit(
         metrics (mapping, optional): a user's metrics ``{name: fn(probs (N, K), labels (N,))
             -> float}``, logged as ``val_<name>`` every epoch and ``test_<name>`` at the end
             (classification). Defaults to ``None``.
+        epoch_states (callable, optional): ``epoch_states(epoch) -> bool``, asked after each
+            epoch before ``on_epoch``: whether ``on_epoch`` gets that epoch's ``state``; it
+            gets ``None`` otherwise, and nothing is copied (the deep copies of the model's
+            and the optimiser's tensors take time, ~0.5 ms for the digits CNN, and as much
+            memory again on the device while they live). ``None``: every epoch. Defaults to
+            ``None``.
 
     Returns:
         TrainResult: final metrics, the model (unwrapped from DDP), and validation/test logits
@@ -275,7 +282,7 @@ def fit(
                  num_workers=num_workers, distributed=distributed, components=components,
                  metrics=metrics)
     try:
-        return _epochs(run, on_epoch)
+        return _epochs(run, on_epoch, epoch_states)
     except OUT_OF_MEMORY as exc:
         batch_size, stage, training = run.stage
         error = out_of_memory_error(exc, batch_size, run.amp.device, stage, training=training,
@@ -285,7 +292,8 @@ def fit(
     raise error from error.__cause__
 
 
-def _epochs(run: _Run, on_epoch: OnEpoch | None) -> TrainResult:
+def _epochs(run: _Run, on_epoch: OnEpoch | None,
+            epoch_states: Callable[[int], bool] | None = None) -> TrainResult:
     """Train the epochs left, evaluating after each, then the test split (:func:`fit`'s loop).
 
     ``run.stage`` says where the run is, for an out-of-memory error: ``(batch size, where,
@@ -301,7 +309,8 @@ def _epochs(run: _Run, on_epoch: OnEpoch | None) -> TrainResult:
         epoch_metrics.update(val_metrics)
         run.metrics = epoch_metrics
         if on_epoch is not None:
-            _report(on_epoch, epoch, epoch_metrics, _checkpoint(run, epoch))
+            wanted = epoch_states is None or epoch_states(epoch)
+            _report(on_epoch, epoch, epoch_metrics, _checkpoint(run, epoch) if wanted else None)
     run.stage = (_eval_batch(run.data.test), "test", False)
     return _finish(run, val_state)
 
@@ -535,7 +544,7 @@ def _checkpoint(run: _Run, epoch: int) -> dict[str, Any]:
 
 
 def _report(on_epoch: OnEpoch, epoch: int, metrics: dict[str, float],
-            state: dict[str, Any]) -> None:
+            state: dict[str, Any] | None) -> None:
     """Call ``on_epoch(epoch, metrics, state)`` with a copy of the epoch's metrics."""
     on_epoch(epoch, dict(metrics), state)
 

@@ -361,18 +361,35 @@ def _train_and_report(cfg: RunConfig, resume_bytes: bytes | None, options: dict[
                                                             CHECKPOINT_INTERVAL_S)
         return bool(checkpoint_every) and epoch % checkpoint_every == 0
 
-    def on_epoch(epoch: int, metrics: dict[str, float], state: dict) -> None:
+    def is_drill(epoch: int) -> bool:
+        return epoch == options.get("fault_epoch") and options.get("first_attempt", True)
+
+    due: set[int] = set()  # rank 0: epochs whose checkpoint wants_state found due
+
+    def wants_state(epoch: int) -> bool:
+        """Whether `on_epoch` needs the epoch's state: fit deep-copies it only then."""
+        if epoch == cfg.epochs:
+            return True
+        if is_drill(epoch) and options.get("fault_kind") == "kill-in-checkpoint":
+            return True
+        if rank == 0 and checkpoint_due(epoch, time.monotonic()):
+            due.add(epoch)
+            return True
+        return False
+
+    def on_epoch(epoch: int, metrics: dict[str, float], state: dict | None) -> None:
         if epoch == cfg.epochs:
             # the last epoch is reported below, together with the test metrics
             last_state.update(state)
             return
         go_on = True
-        drill = epoch == options.get("fault_epoch") and options.get("first_attempt", True)
+        drill = is_drill(epoch)
         if drill and options.get("fault_kind") == "kill-in-checkpoint":
             _kill_in_checkpoint(state)  # never returns
         if rank == 0:
             now = time.monotonic()
-            checkpoint = checkpoint_due(epoch, now)
+            checkpoint = epoch in due  # decided as fit copied the state (wants_state)
+            due.discard(epoch)
             entry = {"epoch": epoch, **metrics}
             if checkpoint or drill or every_epoch or now - clock["report"] >= REPORT_INTERVAL_S:
                 clock["report"] = now
@@ -397,9 +414,9 @@ def _train_and_report(cfg: RunConfig, resume_bytes: bytes | None, options: dict[
         components = user_components(options.get("code_paths", ()), options.get("components"))
         metric_fns = metric_functions(options.get("metrics", ()), components)
         data = load_run_data(cfg, components=components)
-        result = fit(cfg, on_epoch=on_epoch, resume=resume, device=device,
-                     precision=options["precision"], num_workers=num_workers, data=data,
-                     distributed=agree is not None, components=components,
+        result = fit(cfg, on_epoch=on_epoch, epoch_states=wants_state, resume=resume,
+                     device=device, precision=options["precision"], num_workers=num_workers,
+                     data=data, distributed=agree is not None, components=components,
                      metrics=metric_fns)
     except _Stop:
         return
