@@ -464,8 +464,8 @@ def calibrate(source: str | Path, *, methods: str | Sequence[str] = "ts,ets,cts,
         bins = row.reliability
         ece_text = f"ECE {100 * row.metrics['ece']:.2f}%" if "ece" in row.metrics else ""
         reliability_diagram(bins.edges, bins.counts, bins.accuracy, bins.confidence,
-                                  out / f"reliability_{row.name.replace('+', '_')}.png",
-                                  title=f"{stem}: {row.name}  {ece_text}")
+                            out / f"reliability_{row.name.replace('+', '_')}.png",
+                            title=f"{stem}: {row.name}  {ece_text}")
     say(f"\nwrote {out}/calibration.csv and {len(report.rows)} reliability diagrams")
     run_id = None
     if log or tracking_uri:

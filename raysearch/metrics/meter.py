@@ -429,11 +429,9 @@ class CalibrationMeter:
         (``_METER_REPLICAS``: atomic adds to one slot wait on each other). Two host
         synchronisations: the checks and the sample.
 
-        With ``keep_samples=True`` the kept batches are NumPy copies in host memory, so the
-        sums of such a meter live on the CPU whatever the device of ``probs``.
-
         With ``keep_samples=True`` the batch is first validated as the metric functions do
-        (same errors) and kept (see the class docstring).
+        (same errors) and kept as NumPy copies in host memory (see the class docstring), so
+        the sums of such a meter live on the CPU whatever the device of ``probs``.
 
         Args:
             probs: (N, K) or (N, K, *) float probabilities (see the class docstring), or

@@ -222,8 +222,8 @@ def fit(
         on_epoch (callable, optional): called after every epoch as
             ``on_epoch(epoch, metrics, state)`` with the 1-based epoch, the metrics of
             :class:`EpochResult` and ``state = {"epoch", "model", "optimizer", "scheduler",
-            "metrics"}`` (state dicts, deep copies, safe to keep or ``torch.save``). Defaults to
-            ``None``.
+            "metrics"}`` (state dicts, deep copies, safe to keep or ``torch.save``; ``None`` for
+            the epochs `epoch_states` declines). Defaults to ``None``.
         resume (dict, optional): a ``state`` received by ``on_epoch`` (or loaded from its
             checkpoint); training continues at epoch ``state["epoch"] + 1``. Defaults to ``None``.
         device (str | torch.device, optional): where to train (``"cpu"``, ``"cuda"``,
