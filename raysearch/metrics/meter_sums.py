@@ -91,19 +91,25 @@ class _UpdateSums:
         device = edges.device
         self.copies: dict[int, int] = {}  # copies of each histogram, by its number of slots
         self._lanes: dict[tuple[int, int, int], torch.Tensor] = {}
+        self._histograms: dict[str, int] = {}  # name -> slots, for fold()
 
-        def zeros(size: int, dtype: torch.dtype) -> torch.Tensor:  # a histogram's copies
+        def zeros(name: str, size: int, dtype: torch.dtype) -> torch.Tensor:
+            """Histogram `name` of `size` slots, in its copies."""
             r = max(1, min(int(replicas), _METER_REPLICA_SLOTS // size))
             self.copies[size] = r
+            self._histograms[name] = size
             return torch.zeros(size * r, dtype=dtype, device=device)
 
-        self.top_pairs = zeros(2 * m + 1, torch.int64)  # slot 2b + hit of confidence bin b
-        self.top_conf = zeros(m + 1, torch.float64)
-        self.class_counts = zeros(k * m + 1, torch.int64)  # slot c*M + b of score p_c
-        self.class_scores = zeros(k * m + 1, torch.float64)
-        self.class_hits = zeros(k * m + 1, torch.int64)  # slot y*M + b of score p_y
-        self.confusion = zeros(k * k + 1, torch.int64)  # slot y*K + argmax
-        self.released = zeros(m, torch.float64)  # per bin: sum of hit - confidence
+        # slot 2b + hit of confidence bin b
+        self.top_pairs = zeros("top_pairs", 2 * m + 1, torch.int64)
+        self.top_conf = zeros("top_conf", m + 1, torch.float64)
+        # slot c*M + b of score p_c
+        self.class_counts = zeros("class_counts", k * m + 1, torch.int64)
+        self.class_scores = zeros("class_scores", k * m + 1, torch.float64)
+        self.class_hits = zeros("class_hits", k * m + 1, torch.int64)  # slot y*M + b of p_y
+        self.confusion = zeros("confusion", k * k + 1, torch.int64)  # slot y*K + argmax
+        # per bin: sum of hit - confidence
+        self.released = zeros("released", m, torch.float64)
         # sum of -log max(p_y, eps), sum of 1 - 2 p_y + sum_k p_k^2, released pixels
         self.sums = torch.zeros(3, dtype=torch.float64, device=device)
         # lowest and highest valid label, lowest valid entry, highest valid confidence, largest
@@ -229,17 +235,8 @@ class _UpdateSums:
         return index.mul_(r).add_(lane if index.ndim == 2 else lane.unsqueeze(1))
 
     def fold(self) -> None:
-        """Sum the copies of every histogram into one (once, after the last block)."""
-        m, k = self.m, self.k
-        for name, size in (
-            ("top_pairs", 2 * m + 1),
-            ("top_conf", m + 1),
-            ("class_counts", k * m + 1),
-            ("class_scores", k * m + 1),
-            ("class_hits", k * m + 1),
-            ("confusion", k * k + 1),
-            ("released", m),
-        ):
-            hist = getattr(self, name)
-            if hist.numel() != size:  # not yet folded
-                setattr(self, name, hist.view(size, -1).sum(dim=1))
+        """Sum the copies of every histogram into one (after the last block; once)."""
+        for name, size in self._histograms.items():
+            if self.copies[size] > 1:
+                setattr(self, name, getattr(self, name).view(size, -1).sum(dim=1))
+        self.copies = dict.fromkeys(self.copies, 1)
