@@ -364,3 +364,23 @@ def test_a_checkpoint_that_pickles_code_is_refused(tmp_path):
     torch.save({"model": {}}, buffer)
     with pytest.raises(ValueError, match="no 'epoch'"):
         load_state(buffer.getvalue())
+
+
+def test_training_labels_are_checked_once_and_a_bad_label_still_fails(digits):
+    import dataclasses
+
+    from raysearch.training.loop import TrainFeed
+
+    feed = TrainFeed(digits.train, torch.device("cpu"))
+    k = digits.num_classes
+    assert feed.labels_checked(k, -100)  # every label in [0, K): the losses skip their check
+    assert not feed.labels_checked(k - 1, -100)  # the labels K - 1 lie outside [0, K - 1)
+    assert not feed.labels_checked(k, int(feed.source.labels()[0]))  # a label is ignored
+    x, y = digits.train.tensors
+    y = y.clone()
+    y[5] = k
+    bad = dataclasses.replace(digits, train=TensorDataset(x, y))
+    assert not TrainFeed(bad.train, torch.device("cpu")).labels_checked(k, -100)
+    # the losses check every batch again and fail in one line
+    with pytest.raises(ValueError, match=rf"class indices in \[0, {k}\).*got {k}"):
+        fit(RunConfig(method="ce", model="cnn", epochs=1, seed=0), data=bad)

@@ -14,8 +14,11 @@ loss returns :func:`zero_loss`. :class:`FlatLoss` and :class:`TermsLoss` are the
 that do this once for every loss and document the shared ``ignore_index``, shapes and errors.
 """
 
+import contextlib
+import contextvars
 import math
 import numbers
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -24,6 +27,27 @@ from torch import nn
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 #: Default ``ignore_index`` of every loss, that of ``torch.nn.CrossEntropyLoss``.
 DEFAULT_IGNORE_INDEX = -100
+#: Set by :func:`checked_targets`: the caller vouches for every target of the losses it calls.
+_CHECKED_TARGETS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "raysearch_checked_targets", default=False
+)
+
+
+@contextlib.contextmanager
+def checked_targets(checked: bool = True) -> Iterator[None]:
+    """Within the block, :func:`kept_rows` trusts the targets: no check, every row kept.
+
+    For a training loop that has checked all the labels of its split once (each a class index
+    in [0, K), none ``ignore_index``): the per-batch check is a host synchronisation on CUDA,
+    which makes every step wait for the GPU (and, with trials sharing a GPU, for its time
+    slice). ``checked=False`` is a no-op block, for a loop whose labels failed or skipped the
+    check. Per thread (a context variable).
+    """
+    token = _CHECKED_TARGETS.set(bool(checked) or _CHECKED_TARGETS.get())
+    try:
+        yield
+    finally:
+        _CHECKED_TARGETS.reset(token)
 
 
 def validate_number(
@@ -183,6 +207,7 @@ def kept_rows(targets: torch.Tensor, num_classes: int, ignore_index: int) -> tor
     """Check target values and find the rows that count (target not ``ignore_index``).
 
     One host synchronisation (range check and count together); removing rows needs one anyway.
+    None without a check inside :func:`checked_targets`.
 
     Args:
         targets: class indices, int64, shape (M,).
@@ -196,6 +221,8 @@ def kept_rows(targets: torch.Tensor, num_classes: int, ignore_index: int) -> tor
         ValueError: if a target is neither in [0, K) nor ``ignore_index``, e.g. "`targets` must
             be class indices in [0, 4) or `ignore_index`=255, got 7".
     """
+    if _CHECKED_TARGETS.get():  # the caller checked every label (see `checked_targets`)
+        return None
     keep = targets != ignore_index
     outside = keep & ((targets < 0) | (targets >= num_classes))
     num_outside, num_kept = torch.stack((outside.sum(), keep.sum())).tolist()

@@ -426,6 +426,28 @@ class TrainFeed:
         self.side = {key: value.to(device) for key, value in side.items()} if side else None
         if self.side:
             self.side_inputs = tuple(self.side)
+        self._checked: dict[tuple[int, int | None], bool] = {}
+
+    def labels_checked(self, num_classes: int, ignore_index: int | None) -> bool:
+        """Whether every training label is a class index in [0, K) other than `ignore_index`.
+
+        Checked once per (K, ignore_index), where the split is in memory (one host
+        synchronisation); False for a file-backed split (its labels are not read ahead). The
+        training pass then runs the losses under
+        :func:`raysearch.losses._common.checked_targets` (no per-batch check).
+        """
+        key = (num_classes, ignore_index)
+        if key not in self._checked:
+            ok = False
+            if self.source.kind != "loader":
+                y = self.source.labels()
+                if not (y.is_floating_point() or y.is_complex() or y.dtype == torch.bool):
+                    good = (y >= 0) & (y < num_classes)
+                    if ignore_index is not None:
+                        good &= y != ignore_index
+                    ok = bool(good.all())
+            self._checked[key] = ok
+        return self._checked[key]
 
     def epoch(self, epoch: int, batch_size: int, generator: torch.Generator,
               augment: torch.Generator, ddp: Dist | None
@@ -450,6 +472,10 @@ class SideInputFeed:
         self.epoch_tensors = epoch_tensors
         self.side_inputs = side_inputs
         self.device = device
+
+    def labels_checked(self, num_classes: int, ignore_index: int | None) -> bool:
+        """False: the epochs' samples are made afresh (see :meth:`TrainFeed.labels_checked`)."""
+        return False
 
     def epoch(self, epoch: int, batch_size: int, generator: torch.Generator,
               augment: torch.Generator, ddp: Dist | None

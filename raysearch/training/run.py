@@ -127,6 +127,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from raysearch.losses._common import checked_targets
 from raysearch.training.divergence import _CHECK_EVERY as _CHECK_EVERY
 from raysearch.training.divergence import (
     OUT_OF_MEMORY,
@@ -505,6 +506,21 @@ def _train_epoch(run: _Run, epoch: int) -> dict[str, float]:
     augment = torch.Generator().manual_seed(_epoch_seed(cfg.seed, epoch) ^ _AUGMENT_SALT)
     run.model.train()
     guard = _Guard(run.amp.device, run.optimizer, epoch, run.ddp)
+    checked = run.feed.labels_checked(run.data.num_classes,
+                                      getattr(run.loss_fn, "ignore_index", None))
+    with checked_targets(checked):  # no per-batch target check (a host synchronisation)
+        metrics = _train_batches(run, epoch, guard, generator, augment)
+    guard.check()
+    run.scheduler.step()
+    if run.ddp is not None:
+        run.ddp.sync_buffers(run.net)
+    return metrics
+
+
+def _train_batches(run: _Run, epoch: int, guard: _Guard, generator: torch.Generator,
+                   augment: torch.Generator) -> dict[str, float]:
+    """The training pass of :func:`_train_epoch` (interleaved or plain)."""
+    cfg = run.cfg
     if run.parts is not None:
         metrics = _train_pass_interleaved(
             run.model, run.loss_fn, guard, run.feed.source, run.parts, cfg.batch_size,
@@ -516,10 +532,6 @@ def _train_epoch(run: _Run, epoch: int) -> dict[str, float]:
             run.model, run.loss_fn, guard, batches, n, run.amp, side=side, mixer=run.mixer,
             ddp=run.ddp, ignore_index=run.data.ignore_index, label=run.ctx.label,
         )
-    guard.check()
-    run.scheduler.step()
-    if run.ddp is not None:
-        run.ddp.sync_buffers(run.net)
     return metrics
 
 

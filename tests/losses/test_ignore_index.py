@@ -319,3 +319,21 @@ def test_ignored_locations_drop_their_objectness_with_them():
         rows, row_targets, objectness=torch.full((rows.shape[0],), 0.7, dtype=torch.float64)
     )
     _close(loss, expected)
+
+
+def test_checked_targets_skip_the_check_and_keep_every_row():
+    from raysearch.losses._common import checked_targets, kept_rows
+
+    logits = torch.randn(4, K, dtype=torch.float64)
+    good, bad = torch.tensor([0, 1, 2, 3]), torch.tensor([0, 1, 2, K])
+    expected = build_loss("ce")(logits, good)
+    with checked_targets():
+        assert kept_rows(bad, K, VOC) is None  # trusted: no check, every row kept
+        assert kept_rows(torch.tensor([0, VOC]), K, VOC) is None
+        _close(build_loss("ce")(logits, good), expected)
+        with checked_targets(False):  # a nested unchecked block keeps the outer trust
+            assert kept_rows(bad, K, VOC) is None
+    with checked_targets(False), pytest.raises(ValueError, match="class indices"):
+        kept_rows(bad, K, VOC)
+    with pytest.raises(ValueError, match="class indices"):  # the check is back after the block
+        build_loss("ce")(logits, bad)
