@@ -42,7 +42,9 @@ from raysearch.metrics.binning import (
 from raysearch.metrics.classwise import _classwise_ece
 
 # the per-bin sums of one batch live in raysearch.metrics.meter_sums
+from raysearch.metrics.meter_kernel import kernel_ready
 from raysearch.metrics.meter_sums import _METER_BLOCK_ENTRIES as _METER_BLOCK_ENTRIES
+from raysearch.metrics.meter_sums import _METER_BLOCK_PIXELS_FUSED as _METER_BLOCK_PIXELS_FUSED
 from raysearch.metrics.meter_sums import _METER_NLL_EPS as _METER_NLL_EPS
 from raysearch.metrics.meter_sums import _METER_REPLICAS as _METER_REPLICAS
 from raysearch.metrics.meter_sums import _METER_WORK_DTYPES as _METER_WORK_DTYPES
@@ -426,8 +428,10 @@ class CalibrationMeter:
         accelerators: ~0.8 GiB of GPU memory for a VOC-sized batch), whose temporaries take
         ~40 bytes per entry; across blocks it keeps 17 bytes per pixel of the batch for the
         ``aece`` sample. On accelerators each histogram is spread over up to 512 copies
-        (``_METER_REPLICAS``: atomic adds to one slot wait on each other). Two host
-        synchronisations: the checks and the sample.
+        (``_METER_REPLICAS``: atomic adds to one slot wait on each other). On a CUDA device
+        with Triton the class-wise sums take two fused kernels instead
+        (:mod:`raysearch.metrics.meter_kernel`; up to 32 bins and 128 classes) and blocks hold
+        2**22 pixels (~0.6 GiB). Two host synchronisations: the checks and the sample.
 
         With ``keep_samples=True`` the batch is first validated as the metric functions do
         (same errors) and kept as NumPy copies in host memory (see the class docstring), so
@@ -498,8 +502,10 @@ class CalibrationMeter:
         keys = torch.rand((n, s), generator=self._generator, dtype=torch.float64, device=p.device)
         conf = torch.empty((n, s), dtype=torch.float64, device=p.device)
         hits = torch.empty((n, s), dtype=torch.bool, device=p.device)
-        entries = _METER_BLOCK_ENTRIES[place]
-        per_block = max(1, entries // k)  # pixels per block
+        if kernel_ready(p3, self.n_bins):  # no (N, K, S) temporaries: blocks of pixels
+            per_block = _METER_BLOCK_PIXELS_FUSED
+        else:
+            per_block = max(1, _METER_BLOCK_ENTRIES[place] // k)
         images, width = (1, per_block) if s >= per_block else (max(1, per_block // s), s)
         for i in range(0, n, images):
             for j in range(0, s, width):

@@ -17,10 +17,15 @@ import torch
 from raysearch.metrics.binning import (
     _torch_equal_width_bins,
 )
+from raysearch.metrics.meter_kernel import fused_class_sums, kernel_ready
 
 #: Entries of ``probs`` per block of :meth:`CalibrationMeter.update` on the CPU (in cache) and
 #: on accelerators (fewer kernel launches); its temporaries take ~40 bytes per entry.
 _METER_BLOCK_ENTRIES = {"cpu": 1 << 20, "accelerator": 1 << 24}
+#: Pixels per block where the class-wise sums take the fused kernel
+#: (:func:`~raysearch.metrics.meter_kernel.fused_class_sums`): no temporary holds all K scores,
+#: the per-pixel ones take ~150 bytes per pixel (~0.6 GiB), and a VOC batch is one block.
+_METER_BLOCK_PIXELS_FUSED = 1 << 22
 #: Copies of each histogram of an update on the CPU and on accelerators, at most. On a GPU,
 #: most of a segmentation batch's K scores fall in the first bin of their class: thousands of
 #: threads adding to the same few slots wait on each other (atomic adds to one address run
@@ -131,7 +136,10 @@ class _UpdateSums:
             keys: (B, S) float64 sample keys of these pixels, set to inf where dropped.
         """
         k, m, edges = self.k, self.m, self.edges
-        x = x.to(edges.dtype).contiguous()  # a block of pixels is a strided view of the batch
+        x = x.to(edges.dtype)
+        fused = kernel_ready(x, m)  # the class-wise sums in one pass (GPU), any strides
+        if not fused:
+            x = x.contiguous()  # a block of pixels is a strided view of the batch
         y = y.to(torch.int64)
         valid = None if self.ignore_index is None else y != self.ignore_index
         released = valid
@@ -176,18 +184,12 @@ class _UpdateSums:
 
         # All K scores: class-wise counts and sums (class c owns slots c*M ... c*M + M - 1),
         # squares for the Brier score, row sums and the lowest entry for the checks.
-        slots = _torch_equal_width_bins(x, edges).add_(self.offsets)
-        dropped = None if valid is None else ~valid.unsqueeze(1)  # (B, 1, S)
-        if dropped is not None:
-            slots.masked_fill_(dropped, k * m)
-        slots = self._spread(slots, k * m + 1)
-        _index_add_ones(self.class_counts, slots)
-        x64 = x.to(torch.float64)
-        self.class_scores.index_add_(0, slots.reshape(-1), x64.reshape(-1))
-        row_sums = x64.sum(dim=1)
-        squares = torch.linalg.vecdot(x64, x64, dim=1)
-        del slots, x64
-        low = x.amin(dim=1)
+        if fused:
+            counts, scores, row_sums, squares, low = fused_class_sums(x, valid, edges)
+            self.class_counts.view(k * m + 1, -1)[: k * m, 0] += counts.reshape(-1)
+            self.class_scores.view(k * m + 1, -1)[: k * m, 0] += scores.reshape(-1)
+        else:
+            row_sums, squares, low = self._class_sums(x, valid)
         high = conf
         if valid is not None:
             row_sums.masked_fill_(~valid, 1.0)
@@ -217,6 +219,26 @@ class _UpdateSums:
         if valid is not None:
             keys.masked_fill_(~valid, math.inf)
         return conf64, hits
+
+    def _class_sums(
+        self, x: torch.Tensor, valid: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Add the class-wise counts and sums in plain torch.
+
+        Returns each pixel's (B, S) row sum, sum of squares (float64) and lowest entry, as
+        :func:`fused_class_sums`.
+        """
+        k, m = self.k, self.m
+        slots = _torch_equal_width_bins(x, self.edges).add_(self.offsets)
+        if valid is not None:
+            slots.masked_fill_(~valid.unsqueeze(1), k * m)  # (B, 1, S): dropped pixels
+        slots = self._spread(slots, k * m + 1)
+        _index_add_ones(self.class_counts, slots)
+        x64 = x.to(torch.float64)
+        self.class_scores.index_add_(0, slots.reshape(-1), x64.reshape(-1))
+        row_sums = x64.sum(dim=1)
+        squares = torch.linalg.vecdot(x64, x64, dim=1)
+        return row_sums, squares, x.amin(dim=1)
 
     def _spread(self, index: torch.Tensor, size: int) -> torch.Tensor:
         """`index` (in place) into the copies of a histogram of `size` slots: pixel i's copy.

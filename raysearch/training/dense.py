@@ -152,7 +152,7 @@ def evaluate_dense(
                 if not torch.isfinite(logits).all():
                     raise ValueError("the model's logits are not finite")
                 for meter, t in zip(meters, temperatures, strict=True):
-                    meter.update(torch.softmax(logits / t, dim=1), yb)
+                    meter.update(torch.softmax(logits if t == 1 else logits / t, dim=1), yb)
                 if sample_pixels > 0:
                     rows = logits.movedim(1, -1).reshape(-1, num_classes)
                     flat = yb.reshape(-1)
