@@ -122,3 +122,38 @@ def test_the_fused_path_is_off_the_gpu_and_for_many_bins_or_classes():
         assert meter_kernel.kernel_ready(torch.rand(8, 3, 1), 15)  # rows of a classifier
     finally:
         meter_kernel.KERNEL_DEVICES.discard("cpu")
+
+
+def test_kernels_that_fail_leave_the_meter_in_plain_torch(monkeypatch, caplog):
+    # Triton builds a C launcher on first use: a machine without a compiler makes the kernels
+    # raise. The block is recomputed in plain torch, one warning, the path stays off.
+    import torch
+
+    from raysearch.metrics import CalibrationMeter, meter_kernel
+
+    class Broken:  # launched as kernel[grid](...), as a Triton kernel
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                raise RuntimeError("Failed to find C compiler. Please specify via CC "
+                                   "environment variable.")
+            return launch
+
+    monkeypatch.setattr(meter_kernel, "_kernels", lambda: (Broken(), Broken()))
+    monkeypatch.setattr(meter_kernel, "KERNEL_DEVICES", {"cpu"})
+    g = torch.Generator().manual_seed(3)
+    p = (2 * torch.randn(2, 5, 9, 9, generator=g)).softmax(1)
+    y = torch.randint(0, 5, (2, 9, 9), generator=g)
+    y[0, 0] = 255
+    fallback = CalibrationMeter(5, ignore_index=255)
+    with caplog.at_level("WARNING", logger="raysearch.metrics.meter_kernel"):
+        fallback.update(p, y)
+        fallback.update(p, y)
+    assert meter_kernel.KERNEL_DEVICES == set()
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1, warnings
+    assert "C compiler" in warnings[0]
+    plain = CalibrationMeter(5, ignore_index=255)
+    plain.update(p, y)
+    plain.update(p, y)
+    assert torch.equal(fallback._state["class_counts"], plain._state["class_counts"])
+    assert fallback.compute() == pytest.approx(plain.compute(), abs=0, nan_ok=True)

@@ -18,16 +18,22 @@ K scores. Counts equal the plain-torch path's exactly; float64 sums differ in th
 (another order of addition).
 
 Triton comes with PyTorch's CUDA wheels for Linux; where it is missing, or the scores are not
-on a CUDA device, :func:`kernel_ready` is False and the meter takes its plain-torch path. The
+on a CUDA device, :func:`kernel_ready` is False and the meter takes its plain-torch path. Where
+the kernels fail to compile or launch (Triton builds a small C launcher with the machine's
+compiler on first use), :func:`disable` logs one warning and the process goes on in plain
+torch. The
 tests run the kernels on the CPU through Triton's interpreter (``TRITON_INTERPRET=1``).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 import torch
+
+logger = logging.getLogger(__name__)
 
 #: Device types on which the meter takes the fused path (the tests add "cpu" under Triton's
 #: interpreter).
@@ -115,6 +121,17 @@ def _kernels() -> Any:
         tl.store(low_ptr + out, lowest, mask=inside)
 
     return class_bins, row_stats
+
+
+def disable(error: BaseException) -> None:
+    """Take the plain-torch path from now on in this process, after the kernels raised `error`.
+
+    Logs one warning naming the error; the meter recomputes the block in plain torch.
+    """
+    if KERNEL_DEVICES:
+        logger.warning("the meter's fused GPU kernels failed (%s: %s); it goes on in plain "
+                       "torch", type(error).__name__, " ".join(str(error).split())[:300])
+    KERNEL_DEVICES.clear()
 
 
 def kernel_ready(x: torch.Tensor, n_bins: int) -> bool:

@@ -17,7 +17,7 @@ import torch
 from raysearch.metrics.binning import (
     _torch_equal_width_bins,
 )
-from raysearch.metrics.meter_kernel import fused_class_sums, kernel_ready
+from raysearch.metrics.meter_kernel import disable, fused_class_sums, kernel_ready
 
 #: Entries of ``probs`` per block of :meth:`CalibrationMeter.update` on the CPU (in cache) and
 #: on accelerators (fewer kernel launches); its temporaries take ~40 bytes per entry.
@@ -184,8 +184,9 @@ class _UpdateSums:
 
         # All K scores: class-wise counts and sums (class c owns slots c*M ... c*M + M - 1),
         # squares for the Brier score, row sums and the lowest entry for the checks.
-        if fused:
-            counts, scores, row_sums, squares, low = fused_class_sums(x, valid, edges)
+        sums = self._fused_class_sums(x, valid) if fused else None
+        if sums is not None:
+            counts, scores, row_sums, squares, low = sums
             self.class_counts.view(k * m + 1, -1)[: k * m, 0] += counts.reshape(-1)
             self.class_scores.view(k * m + 1, -1)[: k * m, 0] += scores.reshape(-1)
         else:
@@ -219,6 +220,14 @@ class _UpdateSums:
         if valid is not None:
             keys.masked_fill_(~valid, math.inf)
         return conf64, hits
+
+    def _fused_class_sums(self, x: torch.Tensor, valid: torch.Tensor | None) -> Any:
+        """:func:`fused_class_sums` of the block, or None (and the kernels off) if it raised."""
+        try:
+            return fused_class_sums(x, valid, self.edges)
+        except Exception as exc:  # a GPU without a C compiler for Triton's launcher, say
+            disable(exc)
+            return None
 
     def _class_sums(
         self, x: torch.Tensor, valid: torch.Tensor | None
