@@ -48,6 +48,7 @@ from raysearch.metrics.meter_sums import _METER_BLOCK_PIXELS_FUSED as _METER_BLO
 from raysearch.metrics.meter_sums import _METER_NLL_EPS as _METER_NLL_EPS
 from raysearch.metrics.meter_sums import _METER_REPLICAS as _METER_REPLICAS
 from raysearch.metrics.meter_sums import _METER_WORK_DTYPES as _METER_WORK_DTYPES
+from raysearch.metrics.meter_sums import _edges_on
 from raysearch.metrics.meter_sums import _index_add_ones as _index_add_ones
 from raysearch.metrics.meter_sums import _meter_tensor as _meter_tensor
 from raysearch.metrics.meter_sums import _UpdateSums as _UpdateSums
@@ -494,7 +495,7 @@ class CalibrationMeter:
         y2 = y.reshape(n, -1)  # (N, S)
         s = p3.shape[2]
         work = p.dtype if p.dtype in _METER_WORK_DTYPES else torch.float32
-        edges = torch.from_numpy(_equal_width_edges(self.n_bins)).to(p.device, work)
+        edges = _edges_on(self.n_bins, p.device, work)
         place = "cpu" if p.device.type == "cpu" else "accelerator"
         sums = _UpdateSums(
             k, edges, self.ignore_index, self.background, replicas=_METER_REPLICAS[place]

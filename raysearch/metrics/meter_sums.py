@@ -8,6 +8,7 @@
 :mod:`raysearch.metrics.meter` re-exports every name here.
 """
 
+import functools
 import math
 from typing import Any
 
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 
 from raysearch.metrics.binning import (
+    _equal_width_edges,
     _torch_equal_width_bins,
 )
 from raysearch.metrics.meter_kernel import disable, fused_class_sums, kernel_ready
@@ -65,6 +67,25 @@ def _index_add_ones(out: torch.Tensor, index: torch.Tensor) -> None:
     index = index.reshape(-1)
     ones = torch.ones(1, dtype=torch.int64, device=index.device)
     out.index_add_(0, index, ones.expand(index.numel()))
+
+
+@functools.lru_cache(maxsize=32)
+def _edges_on(n_bins: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """The (M + 1,) equal-width edges on `device`, copied there once per process (read-only).
+
+    A host-to-device copy of a pageable array waits for the device's queued work: copying the
+    edges (and :func:`_check_constants`) at every update made the GPU meter wait three times
+    per batch.
+    """
+    return torch.from_numpy(_equal_width_edges(n_bins)).to(device, dtype)
+
+
+@functools.lru_cache(maxsize=8)
+def _check_constants(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The checks' start values and which take the minimum, on `device` (read-only, cached)."""
+    start = torch.tensor([math.inf, -math.inf, math.inf, -math.inf, 0.0], dtype=torch.float64)
+    take_min = torch.tensor([True, False, True, False, False])
+    return start.to(device), take_min.to(device)
 
 
 class _UpdateSums:
@@ -119,10 +140,8 @@ class _UpdateSums:
         self.sums = torch.zeros(3, dtype=torch.float64, device=device)
         # lowest and highest valid label, lowest valid entry, highest valid confidence, largest
         # |row sum - 1| of a valid pixel
-        self.checks = torch.tensor(
-            [math.inf, -math.inf, math.inf, -math.inf, 0.0], dtype=torch.float64, device=device
-        )
-        self.take_min = torch.tensor([True, False, True, False, False], device=device)
+        start, self.take_min = _check_constants(device)
+        self.checks = start.clone()
         self.offsets = (torch.arange(k, device=device) * m).view(1, k, 1)
 
     def add(
