@@ -41,8 +41,8 @@ KERNEL_DEVICES = {"cuda"}
 #: Most equal-width bins the fused path handles (one-hot over the next power of two in
 #: registers); more bins take the plain-torch path.
 KERNEL_MAX_BINS = 32
-#: Most classes the fused path handles (their padded scores, one-hot over the bins, sit in
-#: registers); more classes take the plain-torch path.
+#: Most classes the fused path handles (``row_stats`` holds each pixel's K scores, padded to a
+#: power of two, in one tile; checked on a GPU up to K = 100); more take the plain-torch path.
 KERNEL_MAX_CLASSES = 128
 #: Pixels of one step of a class-wise program (its one-hot bins: this many x the padded bins,
 #: summed per lane in registers).
