@@ -497,13 +497,13 @@ class CalibrationMeter:
         work = p.dtype if p.dtype in _METER_WORK_DTYPES else torch.float32
         edges = _edges_on(self.n_bins, p.device, work)
         place = "cpu" if p.device.type == "cpu" else "accelerator"
-        sums = _UpdateSums(
-            k, edges, self.ignore_index, self.background, replicas=_METER_REPLICAS[place]
-        )
+        fused = kernel_ready(p3, self.n_bins)
+        sums = _UpdateSums(k, edges, self.ignore_index, self.background,
+                           replicas=_METER_REPLICAS[place], fused=fused)
         keys = torch.rand((n, s), generator=self._generator, dtype=torch.float64, device=p.device)
         conf = torch.empty((n, s), dtype=torch.float64, device=p.device)
         hits = torch.empty((n, s), dtype=torch.bool, device=p.device)
-        if kernel_ready(p3, self.n_bins):  # no (N, K, S) temporaries: blocks of pixels
+        if fused:  # no (N, K, S) temporaries: blocks of pixels
             per_block = _METER_BLOCK_PIXELS_FUSED
         else:
             per_block = max(1, _METER_BLOCK_ENTRIES[place] // k)

@@ -21,8 +21,8 @@ Triton comes with PyTorch's CUDA wheels for Linux; where it is missing, or the s
 on a CUDA device, :func:`kernel_ready` is False and the meter takes its plain-torch path. Where
 the kernels fail to compile or launch (Triton builds a small C launcher with the machine's
 compiler on first use), :func:`disable` logs one warning and the process goes on in plain
-torch. The
-tests run the kernels on the CPU through Triton's interpreter (``TRITON_INTERPRET=1``).
+torch. The tests run the kernels on the CPU through Triton's interpreter
+(``TRITON_INTERPRET=1``).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from raysearch.metrics.binning import (
     _equal_width_edges,
     _torch_equal_width_bins,
 )
-from raysearch.metrics.meter_kernel import disable, fused_class_sums, kernel_ready
+from raysearch.metrics.meter_kernel import disable, fused_class_sums
 
 #: Entries of ``probs`` per block of :meth:`CalibrationMeter.update` on the CPU (in cache) and
 #: on accelerators (fewer kernel launches); its temporaries take ~40 bytes per entry.
@@ -110,8 +110,11 @@ class _UpdateSums:
         ignore_index: int | None,
         background: int | None,
         replicas: int = 1,
+        fused: bool = False,
     ) -> None:
         k, m = num_classes, edges.numel() - 1
+        # class-wise sums by fused_class_sums (the caller's kernel_ready; off if it raises)
+        self.fused = fused
         self.k, self.m, self.edges = k, m, edges
         self.ignore_index, self.background = ignore_index, background
         device = edges.device
@@ -156,8 +159,7 @@ class _UpdateSums:
         """
         k, m, edges = self.k, self.m, self.edges
         x = x.to(edges.dtype)
-        fused = kernel_ready(x, m)  # the class-wise sums in one pass (GPU), any strides
-        if not fused:
+        if not self.fused:  # the kernels take any strides
             x = x.contiguous()  # a block of pixels is a strided view of the batch
         y = y.to(torch.int64)
         valid = None if self.ignore_index is None else y != self.ignore_index
@@ -165,18 +167,21 @@ class _UpdateSums:
         if self.background is not None:
             foreground = y != self.background
             released = foreground if valid is None else valid & foreground
+        # the complements, once: pixels dropped from the sums, and from the released ECE
+        dropped = None if valid is None else ~valid
+        unreleased = None if released is None else ~released
 
         def drop(index: torch.Tensor, slots: int, mask: torch.Tensor | None) -> torch.Tensor:
-            """Slots of a histogram of `slots` (dropped pixels: the last), in its copies."""
-            index = index if mask is None else index.masked_fill_(~mask, slots - 1)
+            """Slots of a histogram of `slots` (pixels in `mask`: the last), in its copies."""
+            index = index if mask is None else index.masked_fill_(mask, slots - 1)
             return self._spread(index, slots)
 
         def zero(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-            return values if mask is None else values.masked_fill_(~mask, 0)
+            return values if mask is None else values.masked_fill_(mask, 0)
 
         # Labels: checked over valid pixels, clamped so that gathers stay in range (a bad label
         # raises after the loop, before the state changes).
-        checked = y if valid is None else y.masked_fill(~valid, 0)
+        checked = y if dropped is None else y.masked_fill(dropped, 0)
         low_label, high_label = torch.aminmax(checked)
         labels = checked.clamp(0, k - 1)  # not in place: `checked` may be the caller's labels
 
@@ -185,43 +190,44 @@ class _UpdateSums:
         hits = pred == labels
         bins = _torch_equal_width_bins(conf, edges)
         conf64 = conf.to(torch.float64)
-        _index_add_ones(self.top_pairs, drop(2 * bins + hits, 2 * m + 1, valid))
+        _index_add_ones(self.top_pairs, drop(2 * bins + hits, 2 * m + 1, dropped))
         self.top_conf.index_add_(
-            0, drop(bins.clone(), m + 1, valid).reshape(-1), conf64.reshape(-1)
+            0, drop(bins.clone(), m + 1, dropped).reshape(-1), conf64.reshape(-1)
         )
-        _index_add_ones(self.confusion, drop(labels * k + pred, k * k + 1, valid))
+        _index_add_ones(self.confusion, drop(labels * k + pred, k * k + 1, dropped))
         # The released evaluator's n_b * ECE_b = sum over bins of |hits - confidences|.
-        gaps = zero(hits.to(torch.float64) - conf64, released)
+        gaps = zero(hits.to(torch.float64) - conf64, unreleased)
         self.released.index_add_(0, self._spread(bins, m).reshape(-1), gaps.reshape(-1))
 
         # True class: NLL (-log max(p_y, eps), as `nll`), Brier (1 - 2 p_y + sum_k p_k^2, as
         # `brier`) and the class-wise hits (slot y*M + bin of p_y).
         true_prob = x.gather(1, labels.unsqueeze(1)).squeeze(1)
         true_slots = _torch_equal_width_bins(true_prob, edges).add_(labels * m)
-        _index_add_ones(self.class_hits, drop(true_slots, k * m + 1, valid))
+        _index_add_ones(self.class_hits, drop(true_slots, k * m + 1, dropped))
         true_prob = true_prob.to(torch.float64)
 
         # All K scores: class-wise counts and sums (class c owns slots c*M ... c*M + M - 1),
         # squares for the Brier score, row sums and the lowest entry for the checks.
-        sums = self._fused_class_sums(x, valid) if fused else None
+        sums = self._fused_class_sums(x, valid) if self.fused else None
         if sums is not None:
             counts, scores, row_sums, squares, low = sums
             self.class_counts.view(k * m + 1, -1)[: k * m, 0] += counts.reshape(-1)
             self.class_scores.view(k * m + 1, -1)[: k * m, 0] += scores.reshape(-1)
         else:
-            row_sums, squares, low = self._class_sums(x, valid)
+            row_sums, squares, low = self._class_sums(x, dropped)
         high = conf
-        if valid is not None:
-            row_sums.masked_fill_(~valid, 1.0)
-            low = low.masked_fill_(~valid, math.inf)
-            high = conf.masked_fill(~valid, -math.inf)
+        if dropped is not None:
+            row_sums.masked_fill_(dropped, 1.0)
+            low = low.masked_fill_(dropped, math.inf)
+            high = conf.masked_fill(dropped, -math.inf)
         brier = 1.0 - 2.0 * true_prob + squares
         nll = -torch.log(true_prob.clamp_(min=_METER_NLL_EPS))
         if released is None:  # a fill, not a host-to-device copy (no stream synchronisation)
             n_released = torch.full((), hits.numel(), dtype=torch.float64, device=x.device)
         else:
             n_released = released.sum().to(torch.float64)
-        self.sums += torch.stack([zero(nll, valid).sum(), zero(brier, valid).sum(), n_released])
+        self.sums += torch.stack([zero(nll, dropped).sum(), zero(brier, dropped).sum(),
+                                  n_released])
         block = torch.stack(
             [
                 low_label.to(torch.float64),
@@ -236,8 +242,8 @@ class _UpdateSums:
             torch.minimum(self.checks, block),
             torch.maximum(self.checks, block),
         )
-        if valid is not None:
-            keys.masked_fill_(~valid, math.inf)
+        if dropped is not None:
+            keys.masked_fill_(dropped, math.inf)
         return conf64, hits
 
     def _fused_class_sums(self, x: torch.Tensor, valid: torch.Tensor | None) -> Any:
@@ -246,10 +252,11 @@ class _UpdateSums:
             return fused_class_sums(x, valid, self.edges)
         except Exception as exc:  # a GPU without a C compiler for Triton's launcher, say
             disable(exc)
+            self.fused = False
             return None
 
     def _class_sums(
-        self, x: torch.Tensor, valid: torch.Tensor | None
+        self, x: torch.Tensor, dropped: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Add the class-wise counts and sums in plain torch.
 
@@ -258,8 +265,8 @@ class _UpdateSums:
         """
         k, m = self.k, self.m
         slots = _torch_equal_width_bins(x, self.edges).add_(self.offsets)
-        if valid is not None:
-            slots.masked_fill_(~valid.unsqueeze(1), k * m)  # (B, 1, S): dropped pixels
+        if dropped is not None:
+            slots.masked_fill_(dropped.unsqueeze(1), k * m)  # (B, 1, S)
         slots = self._spread(slots, k * m + 1)
         _index_add_ones(self.class_counts, slots)
         x64 = x.to(torch.float64)
