@@ -66,3 +66,19 @@ def test_the_heap_of_a_sweep_is_frozen_while_tune_runs_and_given_back():
     except KeyboardInterrupt:
         pass
     assert gc.get_freeze_count() == before
+
+
+def test_frozen_heap_blocks_nest_and_only_the_outermost_gives_the_heap_back():
+    import gc
+
+    from raysearch.tune.engine import frozen_heap
+
+    before = gc.get_freeze_count()
+    with frozen_heap():
+        outer = gc.get_freeze_count()
+        with frozen_heap():
+            late = [object() for _ in range(10)]  # made inside: stays out of the freeze
+            assert gc.get_freeze_count() == outer
+        assert gc.get_freeze_count() == outer  # the inner block's end unfroze nothing
+        assert len(late) == 10
+    assert gc.get_freeze_count() == before

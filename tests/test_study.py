@@ -134,7 +134,16 @@ def test_a_sweep_keeps_its_study_beside_the_mlflow_store(ray_session, tmp_path):
     settings = SweepSettings(num_samples=4, max_concurrent=2, epochs=1, posthoc=(), seed=0,
                              name="study-e2e", storage_path=str(tmp_path / "ray"),
                              tracking_uri=uri)
-    result = run_sweep(_two_param_acls(), settings, progress=lambda line: None)
+    import gc
+
+    unfrozen = gc.get_freeze_count()
+    frozen: list[int] = []  # the freeze count as each progress line is said
+    result = run_sweep(_two_param_acls(), settings,
+                       progress=lambda line: frozen.append(gc.get_freeze_count()))
+    # the heap is frozen from the first line (said after the data are prepared, before any
+    # MLflow write) to the last, and given back when the sweep returns (engine.frozen_heap)
+    assert len(frozen) >= 3 and min(frozen) > unfrozen
+    assert gc.get_freeze_count() == unfrozen
     url = str(tmp_path / "optuna.log")
     assert (tmp_path / "optuna.log").is_file()
     parent = MlflowClient(uri).get_run(result.parent_run_id)

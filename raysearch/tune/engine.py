@@ -10,15 +10,13 @@ config.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import logging
 import os
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +34,7 @@ from raysearch.config import _absolute
 from raysearch.tracking import ui
 from raysearch.tracking.reconcile import STORE_ERRORS
 from raysearch.tune import study as sweep_study
+from raysearch.tune.heap import frozen_heap
 from raysearch.tune.prepare import Prepared, build_shift, prepare_data
 from raysearch.tune.searchers import RepeatedSearcher
 from raysearch.tune.settings import OBJECTIVES, RAY_JOB_ENV, SAMPLERS, SCHEDULERS, SweepSettings
@@ -301,6 +300,7 @@ def check_new_sweep_name(client: Any, experiment: str, name: str) -> None:
                      f"`raysearch sweep --resume {name}` or choose another --name")
 
 
+@frozen_heap()  # from the checks to the selection (see frozen_heap)
 def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = None, *,
               progress: Callable[[str], None] | None = None,
               components: dict[str, dict[str, Any]] | None = None) -> SweepResult:
@@ -391,6 +391,7 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
                     prepared, say, components=components)
 
 
+@frozen_heap()
 def resume_sweep(name: str, *, tracking_uri: str | None = None,
                  experiment: str = tracking.DEFAULT_EXPERIMENT, address: str | None = None,
                  progress: Callable[[str], None] | None = None,
@@ -517,26 +518,6 @@ def _load_record(client: Any, parent_id: str, name: str) -> dict[str, Any]:
         return json.loads(Path(local).read_text())
 
 
-@contextlib.contextmanager
-def frozen_heap() -> Iterator[None]:
-    """Keep the objects that exist now out of Python's garbage collections inside the block.
-
-    A sweep's driver holds ~800k objects by then (torch, Ray, MLflow, SQLAlchemy, Optuna); a
-    full collection walks all of them, ~0.2-0.5 s with the GIL held, and a sweep's allocations
-    set one off now and then, in Tune's loop or the MLflow writer, between two trials.
-    ``gc.freeze()`` sets them aside; ``gc.unfreeze()`` on the way out gives them back (the
-    caller's next full collection walks them: in the CLI the process ends first). It spans the
-    sweep's end too: unfrozen after the Tuner, the end's first MLflow read set off the put-off
-    collection (0.47 s of a 23-s sweep of 2-s trials).
-    """
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-
-
-@frozen_heap()  # the whole sweep, its end too (see frozen_heap)
 def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
              experiment_id: str, parent_id: str, name: str, storage: str, prepared: Prepared,
              say: Callable[[str], None], restore: str | None = None,
