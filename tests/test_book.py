@@ -82,3 +82,29 @@ def test_frozen_heap_blocks_nest_and_only_the_outermost_gives_the_heap_back():
         assert gc.get_freeze_count() == outer  # the inner block's end unfroze nothing
         assert len(late) == 10
     assert gc.get_freeze_count() == before
+
+
+def test_the_ends_imports_start_once_every_trial_started_and_one_ended(tmp_path):
+    import sys
+
+    from raysearch.tracking.callback import MlflowSweepCallback
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlruns.db'}")
+    experiment = client.create_experiment("warm")
+    parent = client.create_run(experiment).info.run_id
+    callback = MlflowSweepCallback(client, experiment, parent, "warm", space=None, overrides={},
+                                   total=2)
+    book = callback.book
+    book.started["t1"] = time.monotonic()
+    callback._warm_end()  # one of two trials started: the other will need a worker
+    assert book.warming is None
+    book.started["t2"] = time.monotonic()
+    callback._warm_end()
+    thread = book.warming
+    assert thread is not None and thread.name == "raysearch-warm"
+    thread.join(60.0)
+    assert not thread.is_alive()
+    assert {"raysearch.training.plots", "plotly.io"} <= set(sys.modules)
+    callback._warm_end()  # once per sweep
+    assert book.warming is thread
+    callback.close()

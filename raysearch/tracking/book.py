@@ -68,6 +68,7 @@ class _SweepBook:
         self.trial_gid: dict[str, str] = {}  # a seed's trial id -> its configuration id
         self.finished = 0
         self.adopted = False
+        self.warming: threading.Thread | None = None  # the end's imports (callback._warm_end)
         self.unrecorded: set[str] = set()  # trial ids with a write that failed or was dropped
         self.failed_writes = 0
         self.down = False  # the last write failed: probe the store before the next one

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +37,7 @@ from raysearch.tracking.client import (
     log_reliability,
     run_params,
 )
-from raysearch.tracking.export import finalize_sweep
+from raysearch.tracking.export import finalize_sweep, warm_end_imports
 from raysearch.tracking.reconcile import error_line
 from raysearch.tracking.runs import (
     COMPLETE_TAG,
@@ -550,9 +551,28 @@ class MlflowSweepCallback(tune.Callback):
         self._submit(fail, tid)
         self._report(trial, result, f"FAILED: {message.splitlines()[-1][:160]}")
 
+    def _warm_end(self) -> None:
+        """Once every trial started and one more ended, import what the sweep's end draws with.
+
+        A worker is idle from then on (no trial is left to start), so the imports
+        (:func:`~raysearch.tracking.export.warm_end_imports`) take no trial's CPU and the
+        sweep's end does not wait for them.
+        """
+        book = self.book
+        if book.warming is not None or not self.total or len(book.started) < self.total:
+            return
+
+        def warm() -> None:
+            with contextlib.suppress(Exception):  # the end imports them itself if this fails
+                warm_end_imports()
+
+        book.warming = threading.Thread(target=warm, name="raysearch-warm", daemon=True)
+        book.warming.start()
+
     def _report(self, trial: Any, result: dict, outcome: str) -> None:
         book = self.book
         book.finished += 1
+        self._warm_end()
         if self.progress is None:
             return
         elapsed = time.monotonic() - book.started.get(trial.trial_id, time.monotonic())
