@@ -81,16 +81,17 @@ def metric_pairs(frame: pd.DataFrame, accuracy_key: str = "val_accuracy",
         ``[(accuracy column, error column), ...]``, one pair per error column.
     """
     accuracy = accuracy_key.partition("_")[2] or "accuracy"
+    valued = {c for c, any_value in frame.notna().any().items() if any_value}  # one pass
     found = []
     for column in frame.columns:
-        parts = _split_key(str(column)) if frame[column].notna().any() else None
+        parts = _split_key(str(column)) if column in valued else None
         if parts is None:
             continue
         split, key, cal = parts
         acc = f"{split}_{accuracy}_{cal}" if cal else f"{split}_{accuracy}"
-        if acc not in frame or not frame[acc].notna().any():
+        if acc not in valued:
             acc = f"{split}_{accuracy}"
-        if acc in frame and frame[acc].notna().any():
+        if acc in valued:
             found.append(((_SPLITS.index(split), cal != "", cal, ERROR_KEYS.index(key)),
                           (acc, str(column))))
     pairs = {ece_key: accuracy_key}  # one pair per error column: the selection's first
@@ -127,7 +128,7 @@ def _value(column: str, value: Any) -> str:
     return str(value)
 
 
-def _hover(row: pd.Series, params: list[str], metrics: list[str]) -> str:
+def _hover(row: dict[str, Any], params: list[str], metrics: list[str]) -> str:
     """A trial's hover text: run name, outcome, params, then metrics, a few per line."""
     def missing(v: Any) -> bool:
         return v is None or (isinstance(v, float) and math.isnan(v))
@@ -164,6 +165,21 @@ def _numbers(frame: pd.DataFrame, column: str) -> list[float | None]:
     values = pd.to_numeric(frame[column], errors="coerce") if column in frame else \
         pd.Series([math.nan] * len(frame))
     return [float(v) if math.isfinite(v) else None for v in values.astype(float)]
+
+
+def _column_numbers(frame: pd.DataFrame) -> Any:
+    """``column -> _numbers(frame, column)``, converting each column once.
+
+    The metric pairs of a table (46 for a classification sweep) read each column several times.
+    """
+    seen: dict[str, list[float | None]] = {}
+
+    def numbers(column: str) -> list[float | None]:
+        if column not in seen:
+            seen[column] = _numbers(frame, column)
+        return seen[column]
+
+    return numbers
 
 
 def pareto_html(frame: pd.DataFrame, path: str | Path, *, accuracy_key: str = "val_accuracy",
@@ -211,7 +227,8 @@ def pareto_html(frame: pd.DataFrame, path: str | Path, *, accuracy_key: str = "v
     metrics = [str(c) for c in frame.columns if str(c).startswith(METRIC_PREFIXES)]
     params = [str(c) for c in frame.columns
               if str(c) not in _NOT_PARAMS and str(c) not in metrics]
-    text = [_hover(row, params, metrics) for _, row in frame.iterrows()]
+    text = [_hover(row, params, metrics) for row in frame.to_dict("records")]
+    numbers = _column_numbers(frame)
     groups = frame["method"].astype(str) if "method" in frame else pd.Series(
         ["trials"] * len(frame))
     names = list(dict.fromkeys(groups))
@@ -221,16 +238,17 @@ def pareto_html(frame: pd.DataFrame, path: str | Path, *, accuracy_key: str = "v
 
     def traces(acc: str, err: str) -> dict[str, list[Any]]:
         """Per-trace x, y and error bars for one metric pair (the order of ``fig.data``)."""
-        x, y = _numbers(frame, err), _numbers(frame, acc)
+        x, y = numbers(err), numbers(acc)
         if (acc, err) == (accuracy_key, ece_key):
             front = [i for i, f in enumerate(frame["on_front"]) if _flag(f)]
         else:
             with warnings.catch_warnings():  # a drawn front of test metrics selects nothing
                 warnings.filterwarnings("ignore", "selecting on", UserWarning)
-                front = pareto_front(frame.assign(**{acc: y, err: x}), accuracy=acc, ece=err)
+                front = pareto_front([{acc: a, err: e} for a, e in zip(y, x, strict=True)],
+                                     accuracy=acc, ece=err)
         front = sorted((i for i in front if x[i] is not None and y[i] is not None),
                        key=lambda i: (x[i], y[i]))
-        sem_x, sem_y = _numbers(frame, err + "_sem"), _numbers(frame, acc + "_sem")
+        sem_x, sem_y = numbers(err + "_sem"), numbers(acc + "_sem")
         bars = any(v is not None for v in sem_x + sem_y)
         out: dict[str, list[Any]] = {"x": [], "y": [], "error_x": [], "error_y": []}
         for rows in members:
@@ -291,12 +309,11 @@ def pareto_html(frame: pd.DataFrame, path: str | Path, *, accuracy_key: str = "v
     # a plain figure dict, written unvalidated: plotly's figure objects validated and copied
     # every property (~0.3 s for a first page, at the end of every sweep); the dict holds
     # only what the traces and the layout above set
-    pio.write_html({"data": data, "layout": layout}, path, validate=False,
-                   include_plotlyjs=True, include_mathjax=False, full_html=True,
-                   config={"displaylogo": False}, div_id="pareto",
-                   default_width="100%", default_height="90vh")
+    page = pio.to_html({"data": data, "layout": layout}, validate=False,
+                       include_plotlyjs=True, include_mathjax=False, full_html=True,
+                       config={"displaylogo": False}, div_id="pareto",
+                       default_width="100%", default_height="90vh")
     if title:  # the page's <title> (Plotly writes none)
-        page = path.read_text(encoding="utf-8")
-        path.write_text(page.replace("<head>", f"<head><title>{html.escape(title)}</title>", 1),
-                        encoding="utf-8")
+        page = page.replace("<head>", f"<head><title>{html.escape(title)}</title>", 1)
+    path.write_text(page, encoding="utf-8")  # ~5 MB (plotly.js): written once
     return path
