@@ -19,15 +19,16 @@ import math
 import os
 import signal
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import yaml
+from mlflow.entities import Metric, RunTag
 from mlflow.tracking import MlflowClient
 
-from raysearch.tracking.client import log_metrics
 from raysearch.tracking.pareto_html import pareto_html
 from raysearch.tracking.runs import (
     ERROR_TAG,
@@ -94,8 +95,10 @@ def finalize_sweep(client: MlflowClient, parent_run_id: str, *, tolerance: float
     parent = client.get_run(parent_run_id)
     sweep_name = parent.data.tags.get(SWEEP_TAG, "")
     runs = sweep_runs(client, parent.info.experiment_id, parent_run_id)
+    changed = False  # whether the runs read above changed here (then they are read again)
     for run in runs:
         if run.info.status == "RUNNING" and run.data.tags.get(TRIAL_TAG):
+            changed = True
             # trials the sweep left behind (interrupted, or lost with a killed driver): KILLED,
             # and `sweep --resume` sets them RUNNING again when it continues them
             client.set_tag(run.info.run_id, OUTCOME_TAG, "interrupted")
@@ -107,7 +110,9 @@ def finalize_sweep(client: MlflowClient, parent_run_id: str, *, tolerance: float
     for run in repeated:
         if run.info.status != "FINISHED" or _ended_after(client, run, runs):
             summarize_configuration(client, parent.info.experiment_id, run.info.run_id)
-    frame = sweep_trials(client, parent)
+            changed = True
+    frame = sweep_trials(client, parent, runs=None if changed else [
+        r for r in runs if r.data.tags.get(PARENT_TAG) == parent_run_id])
     if frame.empty:
         client.set_terminated(parent_run_id, status)
         return frame
@@ -118,6 +123,8 @@ def finalize_sweep(client: MlflowClient, parent_run_id: str, *, tolerance: float
         logger.warning("%s; selecting on means", exc)
         frame = annotate_selection(frame, tolerance=tolerance, accuracy_key=accuracy_key,
                                    ece_key=ece_key)
+    metrics: dict[str, float] = {}  # the selected trial's, as best_* (step 0)
+    tags: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as d:
         write_parquet(frame, Path(d) / "trials.parquet")
         client.log_artifact(parent_run_id, str(Path(d) / "trials.parquet"))
@@ -159,9 +166,11 @@ def finalize_sweep(client: MlflowClient, parent_run_id: str, *, tolerance: float
             metrics = {f"best_{k}": float(best[k]) for k in best.index
                        if isinstance(k, str) and k.startswith(("val_", "test_"))
                        and isinstance(best[k], (int, float)) and math.isfinite(best[k])}
-            log_metrics(client, parent_run_id, metrics, step=0)
-            client.set_tag(parent_run_id, "raysearch.selected_run", best["run_id"])
-    client.set_tag(parent_run_id, "raysearch.trials_complete", str(int(frame["complete"].sum())))
+            tags["raysearch.selected_run"] = best["run_id"]
+    tags["raysearch.trials_complete"] = str(int(frame["complete"].sum()))
+    now = int(time.time() * 1000)
+    client.log_batch(parent_run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()],
+                     tags=[RunTag(k, v) for k, v in tags.items()])  # one write
     client.set_terminated(parent_run_id, status)
     return frame
 

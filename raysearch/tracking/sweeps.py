@@ -51,16 +51,21 @@ def _coerce(value: str) -> Any:
         return value
 
 
-def sweep_trials(client: MlflowClient, parent: Any) -> pd.DataFrame:
+def sweep_trials(client: MlflowClient, parent: Any, runs: list[Any] | None = None) -> pd.DataFrame:
     """One row per child run of a sweep: identifiers, status, params and final metrics.
 
     Columns: ``trial`` (run name), ``run_id``, ``trial_id``, ``status``, ``complete`` (bool: ran
     all its epochs), ``outcome`` (complete, stopped_early, diverged, error, interrupted), the
     params (numbers where they parse), every metric's last value (``val_*`` of the last epoch,
     ``test_*``), and ``config`` (the RunConfig as JSON).
+
+    `runs`: the parent's child runs, oldest first, when the caller has just read them
+    (:func:`child_runs` otherwise reads them).
     """
     rows = []
-    for run in child_runs(client, parent.info.experiment_id, parent.info.run_id):
+    if runs is None:
+        runs = child_runs(client, parent.info.experiment_id, parent.info.run_id)
+    for run in runs:
         row = {"trial": run.info.run_name, "run_id": run.info.run_id,
                "trial_id": run.data.tags.get(TRIAL_TAG, ""), "status": run.info.status,
                "complete": run.data.tags.get(COMPLETE_TAG) == "true",
