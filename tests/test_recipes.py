@@ -382,3 +382,20 @@ def test_a_sweeps_trials_train_with_the_recipe(ray_session, tmp_path, sqlite_uri
     # digits' val_fraction is a share of all 1,797 samples: 0.25 -> 450 validation samples
     assert int(parent.data.params["data_val_size"]) == 450
     assert float(parent.data.params["data_val_fraction"]) == 0.25
+
+
+def test_a_recipe_files_datasets_are_read_again_when_the_file_changes(tmp_path, monkeypatch):
+    import os
+
+    from raysearch.tune import recipes
+
+    monkeypatch.setattr(recipes, "_bundled_dir", lambda: tmp_path)
+    path = tmp_path / "mine.yaml"
+    path.write_text("datasets: [cifar10]\n", encoding="utf-8")
+    os.utime(path, ns=(1_000_000_000, 1_000_000_000))
+    assert recipes._declared_datasets("mine") == ("cifar10",)
+    path.write_text("datasets: [svhn, cifar100]\n", encoding="utf-8")
+    os.utime(path, ns=(1_000_000_000, 1_000_000_000))  # same stamp: the kept answer
+    assert recipes._declared_datasets("mine") == ("cifar10",)
+    os.utime(path, ns=(2_000_000_000, 2_000_000_000))  # changed: read again
+    assert recipes._declared_datasets("mine") == ("svhn", "cifar100")

@@ -109,8 +109,16 @@ def check_tracking_uri(uri: str, *, timeout: float = 5.0) -> None:
         raise ValueError(f"tracking URI {uri} has an unsupported scheme")
 
 
-def find_sweep(client: MlflowClient, name: str, experiment: str | None = None) -> Any:
+def find_sweep(client: MlflowClient, name: str, experiment: str | None = None, *,
+               known: bool = True) -> Any:
     """The newest parent run of sweep `name`.
+
+    Args:
+        client: client of the store.
+        name: the sweep's name (its parent run's ``raysearch.sweep`` tag).
+        experiment: the experiment to look in; None: every experiment of the store.
+        known: list the sweeps the store holds in the error (one more search of the store);
+            False when the caller only asks whether the sweep exists.
 
     Raises:
         ValueError: if no sweep of that name is recorded in the store (lists the known ones).
@@ -125,8 +133,9 @@ def find_sweep(client: MlflowClient, name: str, experiment: str | None = None) -
                                   order_by=["attributes.start_time DESC"], max_results=1)
         runs = [r for r in runs if PARENT_TAG not in r.data.tags]
     if not runs:
-        known = sorted(list_sweeps(client, exp_ids))
-        hint = f"; known sweeps: {', '.join(known)}" if known else "; the store has no sweeps"
+        names = sorted(list_sweeps(client, exp_ids)) if known else []
+        hint = (f"; known sweeps: {', '.join(names)}" if names else
+                "; the store has no sweeps" if known else "")
         raise ValueError(f"no sweep named '{name}'{hint}")
     return runs[0]
 

@@ -291,7 +291,7 @@ def check_new_sweep_name(client: Any, experiment: str, name: str) -> None:
     if client.get_experiment_by_name(experiment) is None:
         return
     try:
-        parent = tracking.find_sweep(client, name, experiment)
+        parent = tracking.find_sweep(client, name, experiment, known=False)
     except ValueError:
         return
     started = time.strftime("%Y-%m-%d %H:%M", time.localtime(parent.info.start_time / 1000))
