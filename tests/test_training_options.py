@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from compare import assert_same_metrics
 from torchvision.transforms import v2
 
 from raysearch.config import RunConfig
@@ -167,4 +168,4 @@ def test_in_memory_images_train_with_augmentation_reproducibly(tmp_path):
                     batch_size=16)
     first = fit(cfg, data=data)
     second = fit(cfg)  # loads the folder itself; same seed: same crops, flips and batches
-    assert first.metrics == second.metrics
+    assert_same_metrics(first.metrics, second.metrics)
