@@ -39,6 +39,8 @@ def main() -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
 
+    from raysearch.training.data.side import loss_side_inputs
+
     data = load_dataset("digits")
     x, y = data.train.tensors
     xb, yb = x[:64], y[:64]
@@ -50,7 +52,7 @@ def main() -> None:
     step_times, loss_times = {}, {}
     for name in available_losses():
         loss_fn = build_loss(name)
-        side = {"objectness": objectness} if getattr(loss_fn, "needs_objectness", False) else {}
+        side = {"objectness": objectness} if "objectness" in loss_side_inputs(loss_fn) else {}
         big_side = {"objectness": big_objectness} if side else {}
         model = build_model("cnn", num_classes=10, input_shape=(1, 8, 8))
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)

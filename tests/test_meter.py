@@ -8,9 +8,6 @@ import torch
 
 from raysearch.metrics import (
     CalibrationMeter,
-    _assign_bins,
-    _equal_width_edges,
-    _torch_equal_width_bins,
     accuracy,
     adaptive_ece,
     brier,
@@ -21,6 +18,7 @@ from raysearch.metrics import (
     nll,
     reliability_bins,
 )
+from raysearch.metrics import binning as binning_module
 
 IGNORE = 255
 
@@ -69,15 +67,16 @@ def _total_numel(meter):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_bins_match_assign_bins(n_bins, dtype):
     rng = np.random.default_rng(n_bins)
-    edges64 = _equal_width_edges(n_bins)
+    edges64 = binning_module._equal_width_edges(n_bins)
     values = np.concatenate(
         [rng.random(5000), edges64, np.nextafter(edges64, 2.0), np.nextafter(edges64, -1.0)]
     )
     values = np.clip(values, -1e-7, 1.0 + 1e-7)
     scores = torch.from_numpy(values).to(dtype)
     edges = torch.from_numpy(edges64).to(dtype)
-    expected = _assign_bins(scores.numpy(), n_bins)
-    np.testing.assert_array_equal(_torch_equal_width_bins(scores, edges).numpy(), expected)
+    expected = binning_module._assign_bins(scores.numpy(), n_bins)
+    np.testing.assert_array_equal(
+        binning_module._torch_equal_width_bins(scores, edges).numpy(), expected)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -144,7 +143,7 @@ def test_histogram_copies_and_blocks_give_the_same_state(monkeypatch, background
         return meter.state_dict()
 
     monkeypatch.setattr(meter_sums, "_METER_REPLICA_SLOTS", 100)
-    edges = torch.from_numpy(_equal_width_edges(15))
+    edges = torch.from_numpy(binning_module._equal_width_edges(15))
     copies = meter_sums._UpdateSums(6, edges, IGNORE, background, replicas=512).copies
     assert copies == {31: 3, 16: 6, 91: 1, 37: 2, 15: 6}  # by slots: pairs, conf, class, ...
     one = state(1, 1 << 20)

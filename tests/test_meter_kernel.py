@@ -24,7 +24,7 @@ SCRIPT = textwrap.dedent(
     import torch
     from raysearch.metrics import CalibrationMeter
     from raysearch.metrics import meter_kernel
-    from raysearch.metrics.binning import _equal_width_edges
+    from raysearch.metrics import binning
 
     def meter(p, y, fused, **kw):
         meter_kernel.KERNEL_DEVICES.clear()
@@ -58,7 +58,7 @@ SCRIPT = textwrap.dedent(
     p = torch.randn(300, 7, generator=g, dtype=torch.float64).softmax(1)
     cases.append(compare("classification float64", p, torch.randint(0, 7, (300,), generator=g)))
     # scores exactly on the edges: bin b holds (e_b, e_{b+1}], as torch.bucketize(right=False)
-    edges = torch.from_numpy(_equal_width_edges(15)).float()
+    edges = torch.from_numpy(binning._equal_width_edges(15)).float()
     first = edges.repeat(5)[: 80].view(1, 1, 80)
     p = torch.cat([first, 1 - first], dim=1)
     cases.append(compare("scores on the edges", p, torch.zeros(1, 80, dtype=torch.int64)))

@@ -20,6 +20,7 @@ from raysearch.metrics import (
     reliability_bins,
     softmax,
 )
+from raysearch.metrics import binning as binning_module
 
 # ---------------------------------------------------------------------------------------------
 # Hand-built table: K = 5 classes, n_bins = 5, edges 0, .2, .4, .6, .8, 1, bins (lo, hi].
@@ -104,7 +105,7 @@ def test_assign_bins_edges():
     # 0.6 (= 3/5) -> bin 2, 1.0 -> last bin 4; same in float32 (edges cast to the score dtype).
     for dtype in (np.float32, np.float64):
         scores = np.array([0.0, 0.2, np.nextafter(dtype(0.2), dtype(1)), 0.6, 0.61, 1.0], dtype)
-        np.testing.assert_array_equal(metrics._assign_bins(scores, 5), [0, 0, 1, 2, 3, 4])
+        np.testing.assert_array_equal(binning_module._assign_bins(scores, 5), [0, 0, 1, 2, 3, 4])
 
 
 def test_assign_bins_fast_path_matches_searchsorted():
@@ -118,7 +119,7 @@ def test_assign_bins_fast_path_matches_searchsorted():
             scores = np.clip(scores, 0.0, 1.0).astype(dtype)
             expected = np.searchsorted(edges.astype(dtype), scores, side="left") - 1
             expected = np.clip(expected, 0, n_bins - 1)
-            np.testing.assert_array_equal(metrics._assign_bins(scores, n_bins), expected)
+            np.testing.assert_array_equal(binning_module._assign_bins(scores, n_bins), expected)
 
 
 def _naive_ece(conf, hits, n_bins):
@@ -192,7 +193,7 @@ def test_adaptive_ece_with_ties():
 def test_adaptive_ece_counts_every_sample_once():
     rng = np.random.default_rng(2)
     conf = np.round(rng.random(1001) * 4) / 8 + 0.5  # heavy ties: 5 distinct values
-    index = metrics._assign_bins(conf, 15, "equal_mass")
+    index = binning_module._assign_bins(conf, 15, "equal_mass")
     counts = np.bincount(index, minlength=15)
     assert counts.sum() == 1001
     assert set(counts.tolist()) == {66, 67}  # 1001 = 11 * 67 + 4 * 66 (np.array_split sizes)

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from raysearch import metrics
 from raysearch.metrics import (
     ESTIMATOR_KEYS,
     classwise_ece,
@@ -18,6 +17,8 @@ from raysearch.metrics import (
     softmax,
     sweep_ece,
 )
+from raysearch.metrics import binless as binless_module
+from raysearch.metrics import binning as binning_module
 
 
 def _binary(conf, hits):
@@ -283,7 +284,7 @@ SWEEP_HITS = [0, 1, 0, 1, 1, 1]
 def test_sweep_ece_six_sample_hand_case():
     probs, labels = _binary(SWEEP_CONF, SWEEP_HITS)
     conf, hits = probs.max(axis=1), probs.argmax(axis=1) == labels
-    assert metrics._sweep_n_bins(conf, hits, "equal_mass") == 4
+    assert binless_module._sweep_n_bins(conf, hits, "equal_mass") == 4
     assert sweep_ece(probs, labels) == pytest.approx(math.sqrt(0.1225 / 6))
     assert sweep_ece(probs, labels, norm="l1") == pytest.approx(0.8 / 6)
     for norm in ("l1", "l2", "max"):
@@ -303,7 +304,7 @@ def test_sweep_ece_stops_at_the_first_non_monotone_count():
     # .15 in every norm. (b = 3 would give sqrt((2 * .1^2 + 2 * .3^2 + .05^2) / 5) = .2012.)
     probs, labels = _binary([0.55, 0.65, 0.75, 0.85, 0.95], [0, 1, 1, 0, 1])
     conf, hits = probs.max(axis=1), probs.argmax(axis=1) == labels
-    assert metrics._sweep_n_bins(conf, hits, "equal_mass") == 1
+    assert binless_module._sweep_n_bins(conf, hits, "equal_mass") == 1
     assert sweep_ece(probs, labels) == pytest.approx(0.15)
     assert sweep_ece(probs, labels, norm="l1") == pytest.approx(0.15)
     fx, y = _top1(probs, labels)
@@ -317,8 +318,8 @@ def test_sweep_ece_limits():
     conf = probs.max(axis=1)
     for hits in (np.ones(9, bool), np.zeros(9, bool)):
         labels = np.where(hits, 0, 1)
-        assert metrics._sweep_n_bins(conf, hits, "equal_mass") == 8
-        assert metrics._sweep_n_bins(conf, hits, "equal_width") == 8
+        assert binless_module._sweep_n_bins(conf, hits, "equal_mass") == 8
+        assert binless_module._sweep_n_bins(conf, hits, "equal_width") == 8
         assert sweep_ece(probs, labels) == ece(probs, labels, 8, "equal_mass", "l2")
     # Confident and right: every bin has conf = acc = 1 -> 0.
     assert sweep_ece(np.array([[1.0, 0.0]] * 5), np.zeros(5, dtype=int)) == 0.0
@@ -336,7 +337,7 @@ def _brute_sweep(conf, hits, binning):
     # The definition on the shared bins, one full binning per b.
     best = 1
     for b in range(2, conf.shape[0]):
-        counts, _, hit_sums = metrics._bin_sums(conf, hits, b, binning)
+        counts, _, hit_sums = binning_module._bin_sums(conf, hits, b, binning)
         filled = counts > 0
         accuracy_b = hit_sums[filled] / counts[filled]
         if np.any(accuracy_b[1:] < accuracy_b[:-1]):
@@ -362,7 +363,8 @@ def test_sweep_n_bins_matches_a_full_binning_per_count(binning):
         hits = rng.random(n) < np.clip(conf + rng.uniform(-0.3, 0.3), 0.0, 1.0)
         if trial % 5 == 0:
             hits = np.sort(hits)  # nearly monotone: long sweeps
-        assert metrics._sweep_n_bins(conf, hits, binning) == _brute_sweep(conf, hits, binning)
+        expected = _brute_sweep(conf, hits, binning)
+        assert binless_module._sweep_n_bins(conf, hits, binning) == expected
 
 
 @pytest.mark.parametrize("norm", [1, 2])
@@ -376,13 +378,13 @@ def test_sweep_ece_matches_the_released_code(norm):
         probs, labels = _binary(conf, rng.random(conf.size) < conf)
         fx, y = _top1(probs, labels)
         value, b_star = _caltrain_sweep(fx, y, norm, "equal_width")
-        assert metrics._sweep_n_bins(fx, y.astype(bool), "equal_width") == b_star
+        assert binless_module._sweep_n_bins(fx, y.astype(bool), "equal_width") == b_star
         assert sweep_ece(probs, labels, norm=name, binning="equal_width") == pytest.approx(
             value, rel=1e-12
         )
         # Equal mass, the released sweep logic on the shared array_split bins.
         value, b_star = _caltrain_sweep(fx, y, norm, "equal_mass", _array_split_assign(fx))
-        assert metrics._sweep_n_bins(fx, y.astype(bool), "equal_mass") == b_star
+        assert binless_module._sweep_n_bins(fx, y.astype(bool), "equal_mass") == b_star
         assert b_star > 5
         assert sweep_ece(probs, labels, norm=name) == pytest.approx(value, rel=1e-12)
     # Equal mass with the released floor(j b / N) bins: N = 2520 is divisible by 2 ... 10, so
@@ -395,7 +397,7 @@ def test_sweep_ece_matches_the_released_code(norm):
         if b_star + 1 > 10:
             continue
         compared += 1
-        assert metrics._sweep_n_bins(fx, y.astype(bool), "equal_mass") == b_star
+        assert binless_module._sweep_n_bins(fx, y.astype(bool), "equal_mass") == b_star
         assert sweep_ece(probs, labels, norm=name) == pytest.approx(value, rel=1e-12)
     assert compared >= 15
 
@@ -406,8 +408,8 @@ def test_sweep_ece_is_fast_on_nearly_sorted_hits():
     conf = np.linspace(0.5, 1.0, 50000)
     hits = np.ones(conf.size, dtype=bool)
     hits[[0, 1, 3]] = False
-    assert metrics._sweep_n_bins(conf, hits, "equal_mass") == conf.size - 2
-    assert metrics._sweep_n_bins(conf, hits, "equal_width") == conf.size - 1
+    assert binless_module._sweep_n_bins(conf, hits, "equal_mass") == conf.size - 2
+    assert binless_module._sweep_n_bins(conf, hits, "equal_width") == conf.size - 1
 
 
 # ---------------------------------------------------------------------------------------------

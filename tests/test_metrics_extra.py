@@ -17,6 +17,9 @@ from raysearch.metrics import (
     softmax,
     underconfidence,
 )
+from raysearch.metrics import binning as binning_module
+from raysearch.metrics import bootstrap as bootstrap_module
+from raysearch.metrics import checks as checks_module
 
 # The hand table of tests/test_metrics.py (K = 5, n_bins = 5, bins (lo, hi], 0.2 in bin 0 and
 # 1.0 in bin 4):
@@ -217,9 +220,9 @@ def test_ece_replicates_across_chunks():
     # Many replicates of a tiny sample: several chunks of the vectorised path, each replicate
     # equal to ece on its resample.
     probs, labels = _overconfident(40, seed=2)
-    conf, hits = metrics._confidences_and_hits(probs, labels)
+    conf, hits = checks_module._confidences_and_hits(probs, labels)
     samples = np.random.default_rng(0).integers(0, 40, size=(30, 40))
-    got = metrics._ece_replicates(conf, hits, samples, 15, "equal_mass", "l1")
+    got = bootstrap_module._ece_replicates(conf, hits, samples, 15, "equal_mass", "l1")
     expected = [ece(probs[s], labels[s], binning="equal_mass") for s in samples]
     np.testing.assert_allclose(got, expected, atol=1e-12)
 
@@ -266,11 +269,12 @@ def _reference_ece(probs, labels, n_bins, binning):
     if binning == "equal_mass":
         index = _array_split_bins(conf, n_bins)
     else:
-        index = metrics._assign_bins(conf, n_bins)
+        index = binning_module._assign_bins(conf, n_bins)
     counts = np.bincount(index, minlength=n_bins)
     conf_sums = np.bincount(index, weights=conf, minlength=n_bins)
     hit_sums = np.bincount(index, weights=hits, minlength=n_bins)
-    return metrics._reduce_gaps(counts, *metrics._bin_means(counts, conf_sums, hit_sums), "l1")
+    means = binning_module._bin_means(counts, conf_sums, hit_sums)
+    return binning_module._reduce_gaps(counts, *means, "l1")
 
 
 def _reference_classwise_ece(probs, labels, n_bins):
@@ -282,7 +286,7 @@ def _reference_classwise_ece(probs, labels, n_bins):
     rows = max(1, metrics.classwise._CHUNK_ENTRIES // k)
     for start in range(0, n, rows):
         block = probs[start : start + rows]
-        slots = metrics._assign_bins(block, n_bins) + np.arange(k) * n_bins
+        slots = binning_module._assign_bins(block, n_bins) + np.arange(k) * n_bins
         counts += np.bincount(slots.reshape(-1), minlength=k * n_bins)
         score_sums += np.bincount(
             slots.reshape(-1), weights=block.reshape(-1), minlength=k * n_bins
@@ -290,11 +294,11 @@ def _reference_classwise_ece(probs, labels, n_bins):
         hit_slots = slots[np.arange(block.shape[0]), labels[start : start + rows]]
         hit_sums += np.bincount(hit_slots, minlength=k * n_bins)
     counts = counts.reshape(k, n_bins)
-    acc, conf = metrics._bin_means(
+    acc, conf = binning_module._bin_means(
         counts, score_sums.reshape(k, n_bins), hit_sums.reshape(k, n_bins)
     )
     return float(
-        np.mean([metrics._reduce_gaps(counts[c], acc[c], conf[c], "l1") for c in range(k)])
+        np.mean([binning_module._reduce_gaps(counts[c], acc[c], conf[c], "l1") for c in range(k)])
     )
 
 
@@ -332,7 +336,7 @@ def test_equal_mass_bins_match_stable_argsort(dtype):
         # 1 bin, up to _COMPARE_MAX_CUTS cuts (comparisons) and more (binary search)
         for n_bins in (1, 2, 3, 15, 33, 50, 2000):
             expected = _array_split_bins(scores, n_bins)
-            got = metrics._assign_bins(scores, n_bins, "equal_mass")
+            got = binning_module._assign_bins(scores, n_bins, "equal_mass")
             np.testing.assert_array_equal(got, expected, err_msg=f"{scores.size=} {n_bins=}")
 
 
@@ -348,10 +352,10 @@ def torch_threads():
 def test_top1_scan_matches_argmax_and_max(monkeypatch, dtype):
     # Small blocks: several per call, a shorter last one. C order takes the fast checks and
     # the flat gather; F order and a reversed view the exact checks and take_along_axis.
-    monkeypatch.setattr(metrics._checks, "_BLOCK_ENTRIES", 64)
+    monkeypatch.setattr(checks_module, "_BLOCK_ENTRIES", 64)
     probs, _ = _edge_probs(203, 7, dtype, seed=4)
     for layout in (probs, np.asfortranarray(probs), probs[::-1]):
-        predictions, confidences = metrics._top1_scan(layout, 1e-3)
+        predictions, confidences = checks_module._top1_scan(layout, 1e-3)
         np.testing.assert_array_equal(predictions, layout.argmax(axis=1))  # first on ties
         np.testing.assert_array_equal(confidences, layout.max(axis=1))
         assert confidences.dtype == dtype
@@ -359,7 +363,7 @@ def test_top1_scan_matches_argmax_and_max(monkeypatch, dtype):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_fast_checks_accept_and_raise_exactly_as_the_exact_checks(monkeypatch, dtype):
-    monkeypatch.setattr(metrics._checks, "_BLOCK_ENTRIES", 64)  # several blocks, a shorter last one
+    monkeypatch.setattr(checks_module, "_BLOCK_ENTRIES", 64)  # several blocks, a shorter last one
     base = softmax(np.random.default_rng(5).normal(size=(40, 6)) * 2).astype(dtype)
     tol = dtype(1e-6)
     edits = {
@@ -394,10 +398,10 @@ def test_fast_checks_accept_and_raise_exactly_as_the_exact_checks(monkeypatch, d
     for name, edit in edits.items():
         probs = base.copy()
         edit(probs)
-        expected = outcome(lambda p: metrics._check_probs_exact(p, 1e-3), probs)
-        assert outcome(lambda p: metrics._check_probs(p, 1e-3), probs) == expected, name
-        assert outcome(lambda p: metrics._top1_scan(p, 1e-3), probs) == expected, name
-    assert outcome(lambda p: metrics._check_probs_exact(p, 1e-3), base) == "ok"
+        expected = outcome(lambda p: checks_module._check_probs_exact(p, 1e-3), probs)
+        assert outcome(lambda p: checks_module._check_probs(p, 1e-3), probs) == expected, name
+        assert outcome(lambda p: checks_module._top1_scan(p, 1e-3), probs) == expected, name
+    assert outcome(lambda p: checks_module._check_probs_exact(p, 1e-3), base) == "ok"
 
 
 @pytest.mark.parametrize("workers", [1, 3])
@@ -417,7 +421,7 @@ def test_classwise_ece_matches_bincount_reference_bit_for_bit(
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_ece_and_adaptive_ece_match_reference_bit_for_bit(monkeypatch, dtype):
-    monkeypatch.setattr(metrics._checks, "_BLOCK_ENTRIES", 64)
+    monkeypatch.setattr(checks_module, "_BLOCK_ENTRIES", 64)
     probs, labels = _edge_probs(257, 5, dtype, seed=7)
     for n_bins in (1, 5, 15, 40):
         assert ece(probs, labels, n_bins) == _reference_ece(probs, labels, n_bins, "equal_width")

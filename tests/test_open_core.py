@@ -78,7 +78,7 @@ def test_cli_sweeps_exports_and_retrains_a_package_that_is_not_installed(ray_ses
 
     out = run("sweep", "space.yaml", "-n", "3", "--name", "own", "--tracking-uri", uri,
               "--storage-path", str(project / "ray"), "--data-param", "n_samples=600",
-              "--metric", "tabular_calib.metrics:overconfidence")
+              "--metric", "tabular_calib.metrics:confidence_gap")
     assert "selected: own-" in out
     client = MlflowClient(tracking_uri=uri)
     parent = client.search_runs([client.get_experiment_by_name("raysearch").experiment_id],
@@ -95,8 +95,8 @@ def test_cli_sweeps_exports_and_retrains_a_package_that_is_not_installed(ray_ses
         assert params["data.n_samples"] == "600"
         assert params["data.label_noise"] == "0.1"
         assert -1.0 <= float(params["epsilon"]) <= 2.0
-        assert "val_overconfidence" in child.data.metrics
-        assert "test_overconfidence" in child.data.metrics
+        assert "val_confidence_gap" in child.data.metrics
+        assert "test_confidence_gap" in child.data.metrics
     assert len({c.data.params["model.hidden"] for c in children}) > 1  # sampled, not fixed
 
     run("export", "own", "-o", "best.yaml", "--tracking-uri", uri)
@@ -105,12 +105,12 @@ def test_cli_sweeps_exports_and_retrains_a_package_that_is_not_installed(ray_ses
     assert doc["requires"]["packages"] == {"tabular_calib": "0.1.0"}
     assert "tabular_calib.losses:Poly1Loss" in doc["requires"]["imports"]
     assert doc["requires"]["raysearch"] == raysearch.__version__
-    assert doc["metric_functions"] == ["tabular_calib.metrics:overconfidence"]
+    assert doc["metric_functions"] == ["tabular_calib.metrics:confidence_gap"]
 
     run("train", "best.yaml", "--tracking-uri", uri, "--name", "again")
     again = client.search_runs([parent.info.experiment_id],
                                filter_string="attributes.run_name = 'again'")[0]
-    for key in ("test_accuracy", "test_ece", "test_nll", "test_overconfidence"):
+    for key in ("test_accuracy", "test_ece", "test_nll", "test_confidence_gap"):
         assert again.data.metrics[key] == pytest.approx(doc["metrics"][key], abs=1e-6), key
     for name in [m for m in sys.modules if m.startswith("tabular_calib")]:
         del sys.modules[name]
@@ -215,7 +215,7 @@ def test_a_pip_target_plugin_is_used_by_its_names_in_the_trials(ray_session, tab
         {"method": "poly1", "params": {"epsilon": {"low": 0.0, "high": 1.0}},
          "model": {"name": "tabular_mlp", "hidden": 24},
          "data": {"name": "synthetic_table", **SMALL}, "train": {"epochs": 2}},
-        metrics=["overconfidence"], posthoc=("ts", "vector_scaling"), num_samples=2,
+        metrics=["confidence_gap"], posthoc=("ts", "vector_scaling"), num_samples=2,
         name="plug", tracking_uri=uri, storage_path=str(tmp_path / "ray"), progress=None)
     trials = result.trials
     assert trials["complete"].all(), trials[["trial", "outcome"]]
@@ -225,7 +225,7 @@ def test_a_pip_target_plugin_is_used_by_its_names_in_the_trials(ray_session, tab
     # the plug-in's calibrator and metric ran in the trials, under their entry-point names
     for key in ("test_ece_vector_scaling", "val_ece_vector_scaling", "test_ece_ts"):
         assert trials[key].between(0, 1).all(), key
-    assert trials["val_overconfidence"].notna().all()
+    assert trials["val_confidence_gap"].notna().all()
     params = MlflowClient(uri).get_run(result.parent_run_id).data.params
     assert params["dataset"] == "synthetic_table"
     assert params["data_train_size"] == "360"

@@ -20,11 +20,11 @@ from raysearch.metrics.shift import (
     SEVERITIES,
     ShiftReport,
     ShiftSet,
-    _rng_seeds,
     build_shift_set,
     corrupt_images,
     evaluate_shift,
 )
+from raysearch.metrics.shift import corruptions as corruptions_module
 
 
 def smooth_images(n: int, channels: int = 3, size: int = 32, seed: int = 0) -> np.ndarray:
@@ -100,7 +100,7 @@ def test_severity_5_changes_images_more_than_severity_1(corruption):
 def test_matches_the_plain_library_call_with_the_derived_seed(corruption):
     # The wrapper = the library with the global RNG seeded from (seed, corruption, severity).
     images = smooth_images(3)
-    global_seed, image_seeds = _rng_seeds(11, corruption, 2, len(images))
+    global_seed, image_seeds = corruptions_module._rng_seeds(11, corruption, 2, len(images))
     state = np.random.get_state()
     np.random.seed(global_seed)
     keywords = [{"seed": int(s)} if corruption == "impulse_noise" else {} for s in image_seeds]

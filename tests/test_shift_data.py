@@ -354,9 +354,9 @@ def test_imagenet_c_errors(tmp_path):
 
 def test_shift_data_and_shift_eval_exclude_each_other():
     with pytest.raises(ValueError, match="--shift-data and --shift-eval are mutually exclusive"):
-        SweepSettings(shift_eval=True, shift_data="/x").validate()
+        SweepSettings(shift_eval=True, shift_data="/x")
     with pytest.raises(ValueError, match="`shift_samples` must be >= 1, got 0"):
-        SweepSettings(shift_data="/x", shift_samples=0).validate()
+        SweepSettings(shift_data="/x", shift_samples=0)
 
 
 def test_cli_refuses_both_shift_options(tmp_path):

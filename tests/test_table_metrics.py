@@ -140,7 +140,7 @@ def one_epoch():
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        cfg = RunConfig(method="ce", model="cnn", epochs=1, seed=0)
+        cfg = RunConfig(loss={"name": "ce"}, model={"name": "cnn"}, epochs=1, seed=0)
         result = fit(cfg, data=load_dataset("digits", seed=0))
     finally:
         torch.set_num_threads(previous)
@@ -162,8 +162,8 @@ def test_trial_logs_every_table_metric(one_epoch):
 
 def test_posthoc_metrics_of_a_trial(one_epoch, tmp_path):
     cfg, result = one_epoch
-    final = ClassificationTask().write_artifacts(result, cfg, {"posthoc": ("ts",)}, tmp_path,
-                                                 test=None)
+    final = ClassificationTask().write_artifacts(result, cfg, tmp_path, test=None,
+                                                 posthoc=("ts",))
     # test_*_ts: TS fitted on all validation logits, measured on the test logits
     calibrator = fit_calibrator("ts", result.val_logits, result.val_labels)
     expected = _direct(calibrator.predict_proba(result.test_logits), result.test_labels,

@@ -39,21 +39,16 @@ from typing import Any
 
 from torch import nn
 
-from raysearch.losses._common import DEFAULT_IGNORE_INDEX
+from raysearch.losses._common import DEFAULT_IGNORE_INDEX, checked_targets
+from raysearch.losses.avuc import AvUC, AvUCGS, SoftAvUC
 from raysearch.losses.classification import CrossEntropy, FocalLoss, FocalLossSD, LabelSmoothing
 from raysearch.losses.margin import ACLS, MarginLabelSmoothing
+from raysearch.losses.mmce_mdca import MDCA, MMCE
 from raysearch.losses.objectness import ObjectnessLabelSmoothing
 from raysearch.losses.pairwise import CorrectnessRankingLoss, PairwiseConstraints
 from raysearch.losses.penalties import ConfidencePenalty
-from raysearch.losses.soft_calibration import (
-    MDCA,
-    MMCE,
-    AvUC,
-    AvUCGS,
-    SecondaryObjective,
-    SoftAvUC,
-    SoftBinnedECE,
-)
+from raysearch.losses.secondary import SecondaryObjective
+from raysearch.losses.soft_binning import SoftBinnedECE
 from raysearch.registry import Registry, accepted_keywords, object_label
 
 _LOSSES: dict[str, type[nn.Module]] = {
@@ -103,6 +98,7 @@ __all__ = [
     "MarginLabelSmoothing",
     "available_losses",
     "build_loss",
+    "checked_targets",
     "loss_parameters",
 ]
 

@@ -3,8 +3,8 @@
 AvUC (Krishnan and Tickoo, NeurIPS 2020; Karandikar et al., Eq. 13-14), its gradient-stopped
 form AvUC-GS (Karandikar et al., App. F) and S-AvUC (Karandikar et al., Sec. 4.2, Eq. 15-16),
 with the soft uncertainty :func:`soft_uncertainty` and the shared ratio ``_avuc_ratio``.
-Registry names ``avuc``, ``avuc_gs`` and ``savuc``. Notation, ignored targets and variants: see
-:mod:`raysearch.losses.soft_calibration`, which re-exports every name of this module.
+Registry names ``avuc``, ``avuc_gs`` and ``savuc``. Notation, ignored targets and variants:
+see :mod:`raysearch.losses.secondary`.
 
 Imports: torch, :mod:`raysearch.losses._common` and :mod:`raysearch.losses.secondary` only.
 
@@ -162,8 +162,13 @@ class SoftAvUC(SecondaryObjective):
         arXiv:2012.07923.
 
     Args:
-        beta, primary, primary_params, ignore_index: as
-            :class:`~raysearch.losses.secondary.SecondaryObjective` (``beta`` weighs S-AvUC).
+        beta (float, optional): weight of S-AvUC, finite, >= 0. Defaults to ``1.0``.
+        primary (str or None, optional): ``"ce"``, ``"focal"``, ``"mse"`` or None (the
+            secondary term alone). Defaults to ``"ce"``.
+        primary_params (dict or None, optional): parameters of the primary, e.g.
+            ``{"gamma": 3.0}``. Defaults to None.
+        ignore_index (int, optional): keyword-only; a target value that counts nowhere, as
+            in :class:`~raysearch.losses.SecondaryObjective`.
         kappa (float, optional): soft entropy threshold on the normalised entropy, in (0, 1).
             Defaults to ``0.5``.
         temperature (float, optional): sharpness T > 0 of the soft threshold. Defaults to
@@ -264,8 +269,13 @@ class AvUC(SecondaryObjective):
         ``experimental/caltrain/secondary_losses.py``.
 
     Args:
-        beta, primary, primary_params, ignore_index: as
-            :class:`~raysearch.losses.secondary.SecondaryObjective` (``beta`` weighs AvUC).
+        beta (float, optional): weight of AvUC, finite, >= 0. Defaults to ``1.0``.
+        primary (str or None, optional): ``"ce"``, ``"focal"``, ``"mse"`` or None (the
+            secondary term alone). Defaults to ``"ce"``.
+        primary_params (dict or None, optional): parameters of the primary, e.g.
+            ``{"gamma": 3.0}``. Defaults to None.
+        ignore_index (int, optional): keyword-only; a target value that counts nowhere, as
+            in :class:`~raysearch.losses.SecondaryObjective`.
         kappa (float, optional): entropy threshold in nats, finite, >= 0 (useful values lie in
             (0, log K)). Defaults to ``0.5``.
         variant (str, optional): ``"official"`` (released code), ``"paper"`` (Eq. 13-14) or

@@ -3,7 +3,7 @@
 :class:`MMCE` (registry name ``mmce``; MMCE and the weighted MMCE_w, paper and released forms)
 and :class:`MDCA` (registry name ``mdca``), each added to a primary loss by
 :class:`~raysearch.losses.secondary.SecondaryObjective`. Notation, ignored targets and variants:
-see :mod:`raysearch.losses.soft_calibration`, which re-exports every name of this module.
+see :mod:`raysearch.losses.secondary`.
 
 Imports: torch, :mod:`raysearch.losses._common` and :mod:`raysearch.losses.secondary` only.
 
@@ -145,8 +145,13 @@ class MMCE(SecondaryObjective):
         (Liu et al., CVPR 2022), by-liu/MbLS ``calibrate/losses/mmce.py``.
 
     Args:
-        beta, primary, primary_params, ignore_index: as
-            :class:`~raysearch.losses.secondary.SecondaryObjective` (``beta`` weighs MMCE).
+        beta (float, optional): weight of MMCE, finite, >= 0. Defaults to ``1.0``.
+        primary (str or None, optional): ``"ce"``, ``"focal"``, ``"mse"`` or None (the
+            secondary term alone). Defaults to ``"ce"``.
+        primary_params (dict or None, optional): parameters of the primary, e.g.
+            ``{"gamma": 3.0}``. Defaults to None.
+        ignore_index (int, optional): keyword-only; a target value that counts nowhere, as
+            in :class:`~raysearch.losses.SecondaryObjective`.
         weighted (bool, optional): use MMCE_w instead of MMCE. Defaults to ``False`` (the MbLS
             configuration).
         kernel_width (float, optional): width w > 0 of the Laplacian kernel. Defaults to
@@ -228,8 +233,13 @@ class MDCA(SecondaryObjective):
         Park et al., "ACLS", ICCV 2023, arXiv:2308.11911, supplementary Eq. 9.
 
     Args:
-        beta, primary, primary_params, ignore_index: as
-            :class:`~raysearch.losses.secondary.SecondaryObjective` (``beta`` weighs MDCA).
+        beta (float, optional): weight of MDCA, finite, >= 0. Defaults to ``1.0``.
+        primary (str or None, optional): ``"ce"``, ``"focal"``, ``"mse"`` or None (the
+            secondary term alone). Defaults to ``"ce"``.
+        primary_params (dict or None, optional): parameters of the primary, e.g.
+            ``{"gamma": 3.0}``. Defaults to None.
+        ignore_index (int, optional): keyword-only; a target value that counts nowhere, as
+            in :class:`~raysearch.losses.SecondaryObjective`.
 
     Returns:
         Scalar tensor: PL (batch mean) + beta * MDCA of the batch.

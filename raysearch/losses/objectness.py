@@ -66,8 +66,8 @@ class ObjectnessLabelSmoothing(FlatLoss):
     :class:`raysearch.training.data.objectness.ObjectnessDataset`). ``context_fraction=0`` (the
     default) is plain ALS.
 
-    The class attribute ``needs_objectness = True`` tells the training loop to feed augmented
-    crops with their objectness.
+    The class attribute ``side_inputs = ("objectness",)`` tells the training loop to feed
+    augmented crops with their objectness (:mod:`raysearch.training.data.side`).
 
     References:
         Krothapalli and Abbott, "Adaptive Label Smoothing" (ICLR 2021 submission, "One size
@@ -102,8 +102,9 @@ class ObjectnessLabelSmoothing(FlatLoss):
 
     repr_names = ("beta", "context_fraction", "ignore_index")
 
-    #: Read by the training loop: this loss takes ``objectness=`` per sample.
-    needs_objectness = True
+    #: Read by the training loop: this loss takes ``objectness=`` per sample (and ``context=``
+    #: when ``context_fraction`` > 0).
+    side_inputs = ("objectness",)
 
     def __init__(
         self,

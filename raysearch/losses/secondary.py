@@ -1,21 +1,44 @@
-"""The composition of Karandikar et al.: a primary loss plus beta times a secondary loss.
+"""Secondary calibration objectives: a primary loss plus beta times a secondary loss.
 
-:class:`SecondaryObjective` computes ``PL + beta * SL`` (Karandikar et al., NeurIPS 2021, Sec. 5):
-it builds the primary PL (cross-entropy, focal or :class:`BrierLoss`) from ``primary`` /
-``primary_params`` and leaves the secondary, calibration-incentivising loss SL to its subclasses
-(:mod:`raysearch.losses.soft_binning`, :mod:`raysearch.losses.avuc`,
-:mod:`raysearch.losses.mmce_mdca`). Also here: the parameter checks and numerics those subclasses
-share (``_finite``, ``_positive``, ``_open_unit``, ``_positive_int``, ``_canonical_variant``,
-``_safe_root``, ``_confidence_and_accuracy``) and the constants ``OFFICIAL`` and
-``CALTRAIN_EPS``. Notation, ignored targets and variants: see
-:mod:`raysearch.losses.soft_calibration`, which re-exports every name of this module.
+Karandikar et al. (NeurIPS 2021, Sec. 5) train with ``PL + beta * SL``: a primary loss PL
+(cross-entropy, focal or squared error) plus beta times a secondary, calibration-incentivising
+loss SL computed on the whole batch. :class:`SecondaryObjective` builds the primary from
+``primary`` / ``primary_params`` (:class:`BrierLoss` is the ``"mse"`` primary) and each subclass
+implements :meth:`SecondaryObjective.secondary`: SB-ECE (:mod:`raysearch.losses.soft_binning`),
+S-AvUC, AvUC and AvUC-GS (:mod:`raysearch.losses.avuc`), MMCE and MDCA
+(:mod:`raysearch.losses.mmce_mdca`). ``forward`` returns one scalar, the total objective;
+:meth:`SecondaryObjective.terms` returns ``{"primary", "secondary", "total"}`` for logging. Also
+here: the parameter checks and numerics those subclasses share (``_finite``, ``_positive``,
+``_open_unit``, ``_positive_int``, ``_canonical_variant``, ``_safe_root``,
+``_confidence_and_accuracy``) and the constants ``OFFICIAL`` and ``CALTRAIN_EPS``.
+
+Notation (Karandikar et al., Sec. 3): ``p_i = softmax(z_i)`` over K classes, confidence
+``c_i = max_k p_ik`` (the gradient flows through the max), accuracy ``a_i = 1[argmax_k p_ik ==
+y_i]`` (a constant: no gradient), entropy ``h_i = -sum_k p_ik log p_ik`` in nats. Every location
+of a dense (N, K, *) prediction counts as one sample. The secondary losses are batch statistics
+(bins, kernels, class frequencies over the batch), not means of per-sample terms, so their value
+depends on the batch size. A location whose target is ``ignore_index`` counts nowhere: its row is
+removed before the primary AND the secondary loss, so it is in no bin, kernel, count or class
+mean, and N counts the other locations only; a batch with none gives 0.
+
+Variants: where the paper's equations and the authors' released code differ, ``variant=
+"official"`` (the DEFAULT) is the released code, the form whose scale the published
+hyperparameters and tables belong to, and ``variant="paper"`` the equations as written. SB-ECE,
+S-AvUC, AvUC and AvUC-GS also accept the older names ``"caltrain"`` (and, for SB-ECE,
+``"caltrain_lb"`` / ``"caltrain_bin"``, which also fix ``binning``) for ``"official"``. MDCA's
+paper and code agree: it has no variant. Each class docstring says what differs and why.
 
 Imports: torch and :mod:`raysearch.losses._common` / :mod:`raysearch.losses.classification` only;
 never a module of a secondary loss (they import this one).
 
 References:
     Karandikar, Cain, Tran, Lakshminarayanan, Shlens, Mozer and Roelofs, "Soft Calibration
-    Objectives for Neural Networks", NeurIPS 2021, arXiv:2108.00106.
+    Objectives for Neural Networks", NeurIPS 2021, arXiv:2108.00106. Released code (footnote 2
+    of the paper): google/uncertainty-baselines ``experimental/caltrain/secondary_losses.py``.
+    Kumar, Sarawagi and Jain, "Trainable Calibration Measures for Neural Networks from Kernel
+    Mean Embeddings", ICML 2018; code: aviralkumar2907/MMCE ``20ng_mmce.py``.
+    Hebbalaguppe, Prakash, Madan and Arora, "A Stitch in Time Saves Nine", CVPR 2022,
+    arXiv:2203.13834; code: mdca-loss/MDCA-Calibration ``solvers/loss.py``.
 """
 
 import math

@@ -3,8 +3,7 @@
 The soft bin memberships and bin centres, :func:`soft_binned_ece` (the paper's Eq. 11-12 on given
 confidences and correctness, shared with the post-hoc ``ts_sbece`` calibrator), the released
 caltrain forms, and the training objective :class:`SoftBinnedECE` (registry name ``sbece``).
-Notation, ignored targets and variants: see :mod:`raysearch.losses.soft_calibration`, which
-re-exports every name of this module.
+Notation, ignored targets and variants: see :mod:`raysearch.losses.secondary`.
 
 Imports: torch, :mod:`raysearch.losses._common` and :mod:`raysearch.losses.secondary` only.
 

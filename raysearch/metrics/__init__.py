@@ -23,13 +23,16 @@ Binning rules (shared by every binned metric through one helper):
   tied confidences may straddle two bins.
 
 Empty bins contribute nothing. Metrics with names used in Tune/MLflow (``{split}_{metric}``) are
-gathered by :func:`calibration_summary` and, for the estimators of the soft-calibration paper's
-appendix, :func:`estimator_summary`; every column of the five papers' result tables
-(:data:`TABLE_KEYS`, with the paper column each one reproduces) by :func:`table_summary`.
-:class:`CalibrationMeter` is the one evaluator behind them: fed batch by batch, it keeps
-per-bin sums in constant memory (segmentation pixels) and, with ``keep_samples=True``, the
-samples its :meth:`~CalibrationMeter.table` needs; the three summaries are thin wrappers that
-feed it a whole split.
+the built-in metrics of :mod:`~raysearch.metrics.builtin`, one decorated kernel each, with
+their direction and where they are computed (:mod:`~raysearch.metrics.catalog`); the key tuples
+(:data:`SUMMARY_KEYS`, :data:`TABLE_KEYS`, ...) are read from there.
+:func:`calibration_summary` gathers the per-epoch ones, :func:`estimator_summary` the
+estimators of the soft-calibration paper's appendix, :func:`table_summary` every column of the
+five papers' result tables. :class:`CalibrationMeter` is the one evaluator behind them: fed
+batch by batch, it keeps per-bin sums in constant memory (segmentation pixels) and, with
+``keep_samples=True``, the samples its :meth:`~CalibrationMeter.table` needs; the three
+summaries are thin wrappers that feed it a whole split. A user's metric function declares its
+direction with :func:`metric`.
 
 References:
     Naeini, Cooper and Hauskrecht, "Obtaining Well Calibrated Probabilities Using Bayesian
@@ -57,14 +60,13 @@ References:
     Roelofs, Cain, Shlens and Mozer, "Mitigating Bias in Calibration Error Estimation",
     AISTATS 2022, arXiv:2012.08668 (monotonic-sweep calibration error ECE_sweep).
 
-Modules (each imports only those above it; none imports this package, which re-exports every
-name, public and private, that ``raysearch.metrics`` held as one module):
+Modules (each imports only those above it; none imports this package):
 
-* :mod:`~raysearch.metrics._checks`: conversion and validation of ``probs`` / ``labels``, the
+* :mod:`~raysearch.metrics.checks`: conversion and validation of ``probs`` / ``labels``, the
   top-1 scan, :func:`softmax`;
-* :mod:`~raysearch.metrics.binning`: the shared binning helper (:func:`_assign_bins`, and
-  its torch form for the meter), bin sums and means, the l1 / l2 / max gap reduction,
-  :data:`BINNINGS`, :data:`NORMS`;
+* :mod:`~raysearch.metrics.binning`: the shared binning helper, bin sums and means, the l1 /
+  l2 / max gap reduction (:func:`~raysearch.metrics.binning.binned_ece`), :data:`BINNINGS`,
+  :data:`NORMS`;
 * :mod:`~raysearch.metrics.classwise`: :func:`classwise_ece`;
 * :mod:`~raysearch.metrics.binned`: :func:`ece`, :func:`adaptive_ece`, :func:`mce`,
   :func:`reliability_bins`, :func:`overconfidence`, :func:`underconfidence`;
@@ -72,51 +74,25 @@ name, public and private, that ``raysearch.metrics`` held as one module):
   :func:`ks_error`, :func:`average_confidence`, :func:`debiased_ece`, :func:`sweep_ece`,
   :func:`marginal_ece`;
 * :mod:`~raysearch.metrics.bootstrap`: :func:`ece_ci`;
-* :mod:`~raysearch.metrics.meter`: :class:`CalibrationMeter` (torch, any device) and the
-  kernels of its result table;
+* :mod:`~raysearch.metrics.catalog`: :class:`MetricSpec`, the registration decorators,
+  :func:`group_keys`, :func:`metric`, :func:`metric_direction`;
+* :mod:`~raysearch.metrics.builtin`: the built-in metrics and :data:`METRIC_REGISTRY`;
+* :mod:`~raysearch.metrics.meter`: :class:`CalibrationMeter` (torch, any device), with its
+  per-batch sums in :mod:`~raysearch.metrics.meter_sums` and its fused GPU kernels in
+  :mod:`~raysearch.metrics.meter_kernel`;
 * :mod:`~raysearch.metrics.table`: the logged key tuples and :func:`calibration_summary`,
   :func:`estimator_summary`, :func:`table_summary` (through a meter),
   :func:`calibration_report`.
 
 **Layer.** Science, the floor every other layer stands on besides the base: plain NumPy and
-PyTorch (matplotlib never). It imports no other module of the package (a calibrator reaches the
-shift evaluation as an object); no Ray, MLflow or Optuna. Besides the metrics it holds
-the selection rule (:mod:`~raysearch.metrics.selection`), statistics over seeds
-(:mod:`~raysearch.metrics.repeats`) and evaluation under dataset shift
+PyTorch (matplotlib never). Of the package it imports only :mod:`raysearch.registry` (a
+calibrator reaches the shift evaluation as an object); no Ray, MLflow or Optuna. Besides the
+metrics it holds the selection rule (:mod:`~raysearch.metrics.selection`), statistics over
+seeds (:mod:`~raysearch.metrics.repeats`) and evaluation under dataset shift
 (:mod:`~raysearch.metrics.shift`).
 """
 
-# Every name the former single module held, public and private, stays importable from here
-# (tests, raysearch.calibration.posthoc and raysearch.calibration.objectives import private ones).
-from raysearch.metrics._checks import (  # noqa: F401
-    _BLOCK_ENTRIES,
-    _PROB_TOLERANCE,
-    _ROW_SUM_TOLERANCE,
-    _as_float_array,
-    _block_checks,
-    _check_choice,
-    _check_labels,
-    _check_n_bins,
-    _check_probs,
-    _check_probs_exact,
-    _confidences_and_hits,
-    _fast_bound,
-    _fast_checks_pass,
-    _probs_array,
-    _to_numpy,
-    _top1_scan,
-    _validate,
-    _validate_probs,
-    _validate_top1,
-    softmax,
-)
-from raysearch.metrics.binless import (  # noqa: F401
-    _brier,
-    _debiased_ce,
-    _ks,
-    _marginal_ece,
-    _nll,
-    _sweep_n_bins,
+from raysearch.metrics.binless import (
     accuracy,
     average_confidence,
     brier,
@@ -126,11 +102,9 @@ from raysearch.metrics.binless import (  # noqa: F401
     nll,
     sweep_ece,
 )
-from raysearch.metrics.binned import (  # noqa: F401
+from raysearch.metrics.binned import (
     CONFIDENCE_DEFINITIONS,
     ReliabilityBins,
-    _conditional_confidence,
-    _confidence_error,
     adaptive_ece,
     ece,
     mce,
@@ -138,44 +112,20 @@ from raysearch.metrics.binned import (  # noqa: F401
     reliability_bins,
     underconfidence,
 )
-from raysearch.metrics.binning import (  # noqa: F401
-    _COMPARE_MAX_CUTS,
-    BINNINGS,
-    NORMS,
-    _assign_bins,
-    _bin_means,
-    _bin_sums,
-    _ece,
-    _equal_mass_bins,
-    _equal_mass_positions,
-    _equal_width_edges,
-    _equal_width_index,
-    _first_bin_edge,
-    _reduce_gaps,
-    _torch_equal_width_bins,
+from raysearch.metrics.binning import BINNINGS, NORMS
+from raysearch.metrics.bootstrap import ece_ci
+from raysearch.metrics.builtin import METRIC_REGISTRY
+from raysearch.metrics.catalog import (
+    BUILTIN_METRICS,
+    MetricSpec,
+    group_keys,
+    metric,
+    metric_direction,
 )
-from raysearch.metrics.bootstrap import (  # noqa: F401
-    _ece_replicates,
-    ece_ci,
-)
-from raysearch.metrics.classwise import (  # noqa: F401
-    _CHUNK_ENTRIES,
-    _classwise_block,
-    _classwise_ece,
-    classwise_ece,
-)
-from raysearch.metrics.meter import (  # noqa: F401
-    _METER_BLOCK_ENTRIES,
-    _METER_NLL_EPS,
-    _METER_WORK_DTYPES,
-    CalibrationMeter,
-    _check_meter_int,
-    _index_add_ones,
-    _meter_tensor,
-    _UpdateSums,
-)
-from raysearch.metrics.table import (  # noqa: F401
-    _ECE_100_BINS,
+from raysearch.metrics.checks import softmax
+from raysearch.metrics.classwise import classwise_ece
+from raysearch.metrics.meter import CalibrationMeter
+from raysearch.metrics.table import (
     CALIBRATED_KEYS,
     DENSE_KEYS,
     ESTIMATOR_KEYS,
@@ -189,11 +139,14 @@ from raysearch.metrics.table import (  # noqa: F401
 
 __all__ = [
     "BINNINGS",
+    "BUILTIN_METRICS",
     "CALIBRATED_KEYS",
     "DENSE_KEYS",
     "CONFIDENCE_DEFINITIONS",
     "CalibrationMeter",
     "ESTIMATOR_KEYS",
+    "METRIC_REGISTRY",
+    "MetricSpec",
     "NORMS",
     "ReliabilityBins",
     "SUMMARY_KEYS",
@@ -209,9 +162,12 @@ __all__ = [
     "ece",
     "ece_ci",
     "estimator_summary",
+    "group_keys",
     "ks_error",
     "marginal_ece",
     "mce",
+    "metric",
+    "metric_direction",
     "nll",
     "overconfidence",
     "reliability_bins",

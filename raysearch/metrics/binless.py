@@ -5,7 +5,7 @@ Binning-free metrics (:func:`accuracy`, :func:`nll`, :func:`brier`, :func:`ks_er
 :func:`debiased_ece` (Kumar et al., 2019), :func:`sweep_ece` (Roelofs et al., 2022) and
 :func:`marginal_ece`; these bin through :mod:`raysearch.metrics.binning`.
 
-Imports only :mod:`raysearch.metrics._checks` and :mod:`raysearch.metrics.binning`.
+Imports only :mod:`raysearch.metrics.checks` and :mod:`raysearch.metrics.binning`.
 """
 
 import math
@@ -14,21 +14,21 @@ from typing import Any
 
 import numpy as np
 
-from raysearch.metrics._checks import (
-    _check_choice,
-    _check_n_bins,
-    _probs_array,
-    _top1_scan,
-    _validate,
-    _validate_top1,
-)
 from raysearch.metrics.binning import (
     BINNINGS,
     NORMS,
     _assign_bins,
     _bin_sums,
-    _ece,
     _equal_width_index,
+    binned_ece,
+)
+from raysearch.metrics.checks import (
+    _check_choice,
+    _probs_array,
+    _top1_scan,
+    _validate,
+    _validate_top1,
+    check_n_bins,
 )
 
 
@@ -268,7 +268,7 @@ def _marginal_ece(p: np.ndarray, y: np.ndarray, n_bins: int, binning: str, norm:
     per_class = np.empty(p.shape[1])
     for c in range(p.shape[1]):
         scores = np.ascontiguousarray(p[:, c])
-        per_class[c] = _ece(scores, y == c, n_bins, binning, norm)
+        per_class[c] = binned_ece(scores, y == c, n_bins, binning, norm)
     if norm == "l1":
         return float(np.mean(per_class))
     if norm == "l2":
@@ -337,7 +337,7 @@ def debiased_ece(probs: Any, labels: Any, n_bins: int = 15) -> float:
         ValueError: if ``n_bins`` < 1, or for invalid ``probs`` / ``labels`` (see
             :func:`accuracy`).
     """
-    n_bins = _check_n_bins(n_bins)
+    n_bins = check_n_bins(n_bins)
     _, _, conf, hits = _validate_top1(probs, labels)
     return _debiased_ce(conf, hits, n_bins)
 
@@ -403,7 +403,7 @@ def sweep_ece(probs: Any, labels: Any, norm: str = "l2", binning: str = "equal_m
     _check_choice("binning", binning, BINNINGS)
     _check_choice("norm", norm, NORMS)
     _, _, conf, hits = _validate_top1(probs, labels)
-    return _ece(conf, hits, _sweep_n_bins(conf, hits, binning), binning, norm)
+    return binned_ece(conf, hits, _sweep_n_bins(conf, hits, binning), binning, norm)
 
 
 def marginal_ece(
@@ -458,7 +458,7 @@ def marginal_ece(
         ValueError: if ``n_bins`` < 1, if ``norm`` or ``binning`` is unknown, or for invalid
             ``probs`` / ``labels`` (see :func:`accuracy`).
     """
-    n_bins = _check_n_bins(n_bins)
+    n_bins = check_n_bins(n_bins)
     _check_choice("binning", binning, BINNINGS)
     _check_choice("norm", norm, NORMS)
     p, y = _validate(probs, labels)

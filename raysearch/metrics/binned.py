@@ -4,7 +4,7 @@
 :func:`mce`, :class:`ReliabilityBins` / :func:`reliability_bins`, and the over- and
 underconfidence of the adaptive-label-smoothing paper (conditional or binned).
 
-Imports only :mod:`raysearch.metrics._checks` and :mod:`raysearch.metrics.binning`.
+Imports only :mod:`raysearch.metrics.checks` and :mod:`raysearch.metrics.binning`.
 """
 
 from dataclasses import dataclass
@@ -12,16 +12,16 @@ from typing import Any
 
 import numpy as np
 
-from raysearch.metrics._checks import _check_choice, _check_n_bins, _validate_top1
 from raysearch.metrics.binning import (
     BINNINGS,
     NORMS,
     _bin_means,
     _bin_sums,
-    _ece,
     _equal_width_edges,
     _reduce_gaps,
+    binned_ece,
 )
+from raysearch.metrics.checks import _check_choice, _validate_top1, check_n_bins
 
 
 def ece(
@@ -64,11 +64,11 @@ def ece(
         ValueError: if ``n_bins`` < 1; if ``binning`` or ``norm`` is unknown; for invalid
             ``probs`` / ``labels`` (see :func:`accuracy`).
     """
-    n_bins = _check_n_bins(n_bins)
+    n_bins = check_n_bins(n_bins)
     _check_choice("binning", binning, BINNINGS)
     _check_choice("norm", norm, NORMS)
     _, _, conf, hits = _validate_top1(probs, labels)
-    return _ece(conf, hits, n_bins, binning, norm)
+    return binned_ece(conf, hits, n_bins, binning, norm)
 
 
 def adaptive_ece(probs: Any, labels: Any, n_bins: int = 15) -> float:
@@ -166,7 +166,7 @@ def reliability_bins(probs: Any, labels: Any, n_bins: int = 15) -> ReliabilityBi
         TypeError: if ``n_bins`` is not an integer or ``probs`` does not hold real numbers.
         ValueError: if ``n_bins`` < 1, or for invalid ``probs`` / ``labels``.
     """
-    n_bins = _check_n_bins(n_bins)
+    n_bins = check_n_bins(n_bins)
     _, _, conf, hits = _validate_top1(probs, labels)
     counts, conf_sums, hit_sums = _bin_sums(conf, hits, n_bins, "equal_width")
     accuracy_b, confidence_b = _bin_means(counts, conf_sums, hit_sums)
@@ -191,7 +191,7 @@ def _conditional_confidence(conf: np.ndarray, hits: np.ndarray, over: bool) -> f
 
 
 def _confidence_error(probs: Any, labels: Any, n_bins: int, definition: str, over: bool) -> float:
-    n_bins = _check_n_bins(n_bins)
+    n_bins = check_n_bins(n_bins)
     _check_choice("definition", definition, CONFIDENCE_DEFINITIONS)
     p, y, conf, hits = _validate_top1(probs, labels)
     if definition == "conditional":

@@ -4,7 +4,7 @@ r"""The shared binning helper and bin reductions of every NumPy calibration erro
 :math:`(e_b, e_{b+1}]` with edges the float nearest b / M, or equal-mass bins cut like
 ``np.array_split`` of the stable sort); :func:`_bin_sums`, :func:`_bin_means` and
 :func:`_reduce_gaps` (weighted l1 / l2 / max of the per-bin gaps) turn bins into an ECE
-(:func:`_ece`). The bootstrap bins sorted positions with it (:func:`_equal_mass_positions`);
+(:func:`binned_ece`). The bootstrap bins sorted positions with it (:func:`_equal_mass_positions`);
 the monotonic sweep tries many bin counts at once with :func:`_equal_width_index`, the
 equal-width rule broadcast over M (for one M it uses :func:`_assign_bins`); the classwise ECE
 sends the entries at or below :func:`_first_bin_edge` to bin 0 without binning them. The
@@ -177,7 +177,22 @@ def _reduce_gaps(
     return float(gaps.max())
 
 
-def _ece(conf: np.ndarray, hits: np.ndarray, n_bins: int, binning: str, norm: str) -> float:
+def binned_ece(conf: np.ndarray, hits: np.ndarray, n_bins: int, binning: str, norm: str) -> float:
+    """The calibration error of scores against their 0/1 outcomes, on bins of the scores.
+
+    The kernel of :func:`~raysearch.metrics.ece` (no input checks): the per-bin gaps between
+    the mean outcome and the mean score, reduced by the weighted l1 / l2 norm or their maximum.
+
+    Args:
+        conf: (N,) float scores in [0, 1] (top-1 confidences, or one class's scores).
+        hits: (N,) bool or 0/1 outcomes (the top-1 class is the label; the label is the class).
+        n_bins: number of bins M >= 1.
+        binning: ``"equal_width"`` or ``"equal_mass"`` (:data:`BINNINGS`).
+        norm: ``"l1"``, ``"l2"`` or ``"max"`` (:data:`NORMS`).
+
+    Returns:
+        The calibration error in [0, 1].
+    """
     counts, conf_sums, hit_sums = _bin_sums(conf, hits, n_bins, binning)
     return _reduce_gaps(counts, *_bin_means(counts, conf_sums, hit_sums), norm)
 

@@ -1,6 +1,6 @@
 """Bootstrap percentile confidence interval of the ECE (:func:`ece_ci`).
 
-Imports only :mod:`raysearch.metrics._checks`, :mod:`raysearch.metrics.binning` and the chunk
+Imports only :mod:`raysearch.metrics.checks`, :mod:`raysearch.metrics.binning` and the chunk
 size of :mod:`raysearch.metrics.classwise`.
 """
 
@@ -9,14 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from raysearch.metrics._checks import _check_choice, _check_n_bins, _validate_top1
 from raysearch.metrics.binning import (
     BINNINGS,
     NORMS,
     _assign_bins,
-    _ece,
     _equal_mass_positions,
+    binned_ece,
 )
+from raysearch.metrics.checks import _check_choice, _validate_top1, check_n_bins
 from raysearch.metrics.classwise import _CHUNK_ENTRIES
 
 
@@ -133,11 +133,11 @@ def ece_ci(
             raise TypeError(f"`seed` must be an integer or None, got {type(seed).__name__}")
         if seed < 0:
             raise ValueError(f"`seed` must be >= 0, got {seed}")
-    n_bins = _check_n_bins(n_bins)
+    n_bins = check_n_bins(n_bins)
     _check_choice("binning", binning, BINNINGS)
     _check_choice("norm", norm, NORMS)
     p, y, conf, hits = _validate_top1(probs, labels)
-    point = _ece(conf, hits, n_bins, binning, norm)
+    point = binned_ece(conf, hits, n_bins, binning, norm)
 
     n = conf.shape[0]
     rng = np.random.default_rng(seed)

@@ -1,6 +1,6 @@
 """Classwise ECE (Kull et al., NeurIPS 2019): blocked, threaded binning of all K class scores.
 
-Imports only :mod:`raysearch.metrics._checks` and :mod:`raysearch.metrics.binning`.
+Imports only :mod:`raysearch.metrics.checks` and :mod:`raysearch.metrics.binning`.
 """
 
 from concurrent.futures import ThreadPoolExecutor
@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from raysearch.metrics._checks import _check_n_bins, _validate
 from raysearch.metrics.binning import (
     _assign_bins,
     _bin_means,
     _first_bin_edge,
     _reduce_gaps,
 )
+from raysearch.metrics.checks import _validate, check_n_bins
 
 #: Number of (N, K) entries the classwise ECE bins at a time (bounds its temporary memory).
 _CHUNK_ENTRIES = 1 << 20
@@ -108,6 +108,6 @@ def classwise_ece(probs: Any, labels: Any, n_bins: int = 15) -> float:
     Args, Returns and Raises: as :func:`~raysearch.metrics.binned.ece` (no ``binning`` or
     ``norm``: equal-width bins, l1).
     """
-    n_bins = _check_n_bins(n_bins)
+    n_bins = check_n_bins(n_bins)
     p, y = _validate(probs, labels)
     return _classwise_ece(p, y, n_bins)

@@ -1,111 +1,51 @@
 """Streaming metrics: :class:`CalibrationMeter` (segmentation pixels or classification samples).
 
-The meter keeps per-bin sums in torch tensors on the device of its inputs (GPU or CPU) and bins
-with :func:`~raysearch.metrics.binning._torch_equal_width_bins`, the torch form of the NumPy
-rule of :func:`raysearch.metrics.binning._assign_bins`; :meth:`CalibrationMeter.compute`
-reduces the sums with the NumPy helpers of :mod:`raysearch.metrics.binning`. With
-``keep_samples=True`` it also keeps the samples, and :meth:`CalibrationMeter.table` computes
-the papers' table from them with :func:`_table_kernels`, the one code path of every table
-metric.
+The meter keeps per-bin sums in torch tensors on the device of its inputs (GPU or CPU), made
+batch by batch by :mod:`~raysearch.metrics.meter_sums` (binning with
+:func:`~raysearch.metrics.binning._torch_equal_width_bins`, the torch form of the NumPy rule of
+:func:`raysearch.metrics.binning._assign_bins`), and :meth:`CalibrationMeter.compute` reduces
+them with the NumPy helpers of :mod:`raysearch.metrics.binning`. With ``keep_samples=True`` it
+also keeps the samples, and :meth:`CalibrationMeter.table` computes the papers' table from them
+with the kernels of the built-in metrics (:mod:`raysearch.metrics.builtin`), the one code path
+of every table metric.
 
-Imports :mod:`raysearch.metrics._checks`, :mod:`~raysearch.metrics.meter_sums` (the per-batch
-sums), :mod:`~raysearch.metrics.binning`,
-:mod:`~raysearch.metrics.classwise`, :mod:`~raysearch.metrics.binned` and
-:mod:`~raysearch.metrics.binless`.
+Imports :mod:`raysearch.metrics.checks`, :mod:`~raysearch.metrics.meter_sums`,
+:mod:`~raysearch.metrics.binning`, :mod:`~raysearch.metrics.binned`,
+:mod:`~raysearch.metrics.catalog` and :mod:`~raysearch.metrics.builtin`.
 """
 
 import math
 import numbers
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
-from raysearch.metrics import binless
-from raysearch.metrics._checks import (
-    _PROB_TOLERANCE,
+from raysearch.metrics import builtin as _builtin  # noqa: F401 (registers the built-ins)
+from raysearch.metrics.binned import ReliabilityBins
+from raysearch.metrics.binning import _bin_means, _equal_width_edges
+from raysearch.metrics.catalog import BUILTIN_METRICS, Scores, check_keys, group_keys
+from raysearch.metrics.checks import (
     _ROW_SUM_TOLERANCE,
     _check_choice,
-    _check_n_bins,
-    _to_numpy,
     _validate_top1,
+    check_n_bins,
     softmax,
+    to_numpy,
 )
-from raysearch.metrics.binned import ReliabilityBins, _conditional_confidence
-from raysearch.metrics.binning import (
-    _bin_means,
-    _ece,
-    _equal_width_edges,
-    _reduce_gaps,
+from raysearch.metrics.meter_sums import (
+    _METER_WORK_DTYPES,
+    _meter_tensor,
+    add_to_state,
+    batch_sums,
+    check_batch,
+    new_state,
+    state_layout,
+    state_metrics,
 )
-from raysearch.metrics.classwise import _classwise_ece
 
-# the per-bin sums of one batch live in raysearch.metrics.meter_sums
-from raysearch.metrics.meter_kernel import kernel_ready
-from raysearch.metrics.meter_sums import _METER_BLOCK_ENTRIES as _METER_BLOCK_ENTRIES
-from raysearch.metrics.meter_sums import _METER_BLOCK_PIXELS_FUSED as _METER_BLOCK_PIXELS_FUSED
-from raysearch.metrics.meter_sums import _METER_NLL_EPS as _METER_NLL_EPS
-from raysearch.metrics.meter_sums import _METER_REPLICAS as _METER_REPLICAS
-from raysearch.metrics.meter_sums import _METER_WORK_DTYPES as _METER_WORK_DTYPES
-from raysearch.metrics.meter_sums import _edges_on
-from raysearch.metrics.meter_sums import _index_add_ones as _index_add_ones
-from raysearch.metrics.meter_sums import _meter_tensor as _meter_tensor
-from raysearch.metrics.meter_sums import _UpdateSums as _UpdateSums
-
-#: Number of equal-width bins of ``ece_100`` (the "ECE 100" column of the objectness paper).
-_ECE_100_BINS = 100
 #: Inputs :class:`CalibrationMeter` accepts.
 _METER_INPUTS = ("probs", "logits")
-
-
-def _table_kernels(
-    p: np.ndarray, y: np.ndarray, conf: np.ndarray, hits: np.ndarray, n_bins: int
-) -> dict[str, Callable[[], float]]:
-    """Every per-sample metric of :meth:`CalibrationMeter.table`, as calls not yet made.
-
-    The ONE place the result-table metrics are computed (``table_summary``,
-    ``calibration_summary`` and ``estimator_summary`` read them through a meter), each with the
-    kernel of the public function of the same value, on the arrays of :func:`_validate_top1`.
-    Keys in the order of ``CALIBRATED_KEYS``, then ``debiased_ce``.
-    """
-    return {
-        "accuracy": lambda: float(np.mean(hits)),
-        "ece": lambda: _ece(conf, hits, n_bins, "equal_width", "l1"),
-        "aece": lambda: _ece(conf, hits, n_bins, "equal_mass", "l1"),
-        "cece": lambda: _classwise_ece(p, y, n_bins),
-        "mce": lambda: _ece(conf, hits, n_bins, "equal_width", "max"),
-        "nll": lambda: binless._nll(p, y, _METER_NLL_EPS),
-        "brier": lambda: binless._brier(p, y),
-        "ece_100": lambda: _ece(conf, hits, _ECE_100_BINS, "equal_width", "l1"),
-        "overconfidence": lambda: _conditional_confidence(conf, hits, over=True),
-        "underconfidence": lambda: _conditional_confidence(conf, hits, over=False),
-        "average_confidence": lambda: float(np.mean(conf, dtype=np.float64)),
-        "ece_l2em": lambda: _ece(conf, hits, n_bins, "equal_mass", "l2"),
-        "marginal_ece": lambda: binless._marginal_ece(p, y, n_bins, "equal_mass", "l2"),
-        "ks": lambda: binless._ks(conf, hits),
-        "sweep_ce": lambda: _ece(
-            conf, hits, binless._sweep_n_bins(conf, hits, "equal_mass"), "equal_mass", "l2"
-        ),
-        "debiased_ce": lambda: binless._debiased_ce(conf, hits, n_bins),
-    }
-
-
-#: Keys of :meth:`CalibrationMeter.table`, in order.
-_TABLE_KERNEL_KEYS = tuple(
-    _table_kernels(np.zeros((0, 1)), np.zeros(0, np.intp), np.zeros(0), np.zeros(0, bool), 1)
-)
-
-
-def _check_table_keys(keys: str | tuple[str, ...], known: tuple[str, ...]) -> tuple[str, ...]:
-    """``keys`` as a tuple (one name may be a string); ValueError naming any not in ``known``."""
-    keys = (keys,) if isinstance(keys, str) else tuple(keys)
-    unknown = [key for key in keys if key not in known]
-    if unknown:
-        raise ValueError(
-            f"unknown table metric(s) {', '.join(map(repr, unknown))}; known: {', '.join(known)}"
-        )
-    return keys
 
 
 def _check_meter_int(name: str, value: object, low: int | None) -> int:
@@ -262,7 +202,7 @@ class CalibrationMeter:
         inputs: str = "probs",
     ) -> None:
         self.num_classes = _check_meter_int("num_classes", num_classes, 1)
-        self.n_bins = _check_n_bins(n_bins)
+        self.n_bins = check_n_bins(n_bins)
         self.ignore_index = (
             None if ignore_index is None else _check_meter_int("ignore_index", ignore_index, None)
         )
@@ -311,28 +251,7 @@ class CalibrationMeter:
         self._generator.manual_seed(self.seed)
 
     def _allocate_state(self, device: torch.device) -> None:
-        k, m, cap = self.num_classes, self.n_bins, self.aece_samples
-
-        def zeros(size: int, dtype: torch.dtype) -> torch.Tensor:
-            return torch.zeros(size, dtype=dtype, device=device)
-
-        self._state = {
-            "top_counts": zeros(m, torch.int64),  # valid pixels per confidence bin
-            "top_hits": zeros(m, torch.int64),  # of which the argmax is the label
-            "top_conf": zeros(m, torch.float64),  # sum of their confidences
-            "class_counts": zeros(k * m, torch.int64),  # (K, M): pixels whose p_k is in bin b
-            "class_hits": zeros(k * m, torch.int64),  # of which the label is k
-            "class_scores": zeros(k * m, torch.float64),  # sum of their p_k
-            "confusion": zeros(k * k, torch.int64),  # (K, K): row = label, column = argmax
-            # sum of -log max(p_y, eps), sum of the Brier terms, sum over updates of
-            # n_b * ECE_b of the released evaluator (sum over bins of |hits - confidences|)
-            "sums": zeros(3, torch.float64),
-            "released_n": zeros(1, torch.int64),  # pixels behind ece_released
-            "sample_keys": torch.full((cap,), 2.0, dtype=torch.float64, device=device),
-            "sample_conf": zeros(cap, torch.float64),
-            "sample_hits": zeros(cap, torch.bool),
-            "sample_pos": zeros(cap, torch.int64),
-        }
+        self._state = new_state(self.num_classes, self.n_bins, self.aece_samples, device)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Copies of the state tensors (empty before the first update), e.g. for a checkpoint.
@@ -368,10 +287,7 @@ class CalibrationMeter:
             self.reset()
             return
         k, m, cap = self.num_classes, self.n_bins, self.aece_samples
-        sizes = {"top_counts": m, "top_hits": m, "top_conf": m, "class_counts": k * m}
-        sizes.update(class_hits=k * m, class_scores=k * m, confusion=k * k, sums=3)
-        sizes.update(released_n=1, sample_keys=cap, sample_conf=cap, sample_hits=cap)
-        sizes.update(sample_pos=cap)
+        sizes = {name: size for name, (size, _) in state_layout(k, m, cap).items()}
         for name in (*sizes, "fill", "seen", "generator"):
             if name not in state:
                 raise ValueError(f"state entry `{name}` is missing")
@@ -482,7 +398,7 @@ class CalibrationMeter:
             z = logits.detach()
             work = z.dtype if z.dtype in _METER_WORK_DTYPES else torch.float32
             return z.to(work).softmax(dim=1)
-        return softmax(_to_numpy(logits), axis=1)
+        return softmax(to_numpy(logits), axis=1)
 
     def _update_sums(self, probs: Any, labels: Any, checked: bool = False) -> None:
         p, y = self._check_inputs(probs, labels)
@@ -491,75 +407,15 @@ class CalibrationMeter:
         if self._state is None:
             self._allocate(p.device)
         n, k = p.shape[:2]
-        p3 = p.reshape(n, k, -1)  # (N, K, S): a view of contiguous input
-        y2 = y.reshape(n, -1)  # (N, S)
-        s = p3.shape[2]
-        work = p.dtype if p.dtype in _METER_WORK_DTYPES else torch.float32
-        edges = _edges_on(self.n_bins, p.device, work)
-        place = "cpu" if p.device.type == "cpu" else "accelerator"
-        fused = kernel_ready(p3, self.n_bins)
-        sums = _UpdateSums(k, edges, self.ignore_index, self.background,
-                           replicas=_METER_REPLICAS[place], fused=fused)
-        keys = torch.rand((n, s), generator=self._generator, dtype=torch.float64, device=p.device)
-        conf = torch.empty((n, s), dtype=torch.float64, device=p.device)
-        hits = torch.empty((n, s), dtype=torch.bool, device=p.device)
-        if fused:  # no (N, K, S) temporaries: blocks of pixels
-            per_block = _METER_BLOCK_PIXELS_FUSED
-        else:
-            per_block = max(1, _METER_BLOCK_ENTRIES[place] // k)
-        images, width = (1, per_block) if s >= per_block else (max(1, per_block // s), s)
-        for i in range(0, n, images):
-            for j in range(0, s, width):
-                rows, cols = slice(i, i + images), slice(j, j + width)
-                conf[rows, cols], hits[rows, cols] = sums.add(
-                    p3[rows, :, cols], y2[rows, cols], keys[rows, cols]
-                )
+        # (N, K, S) and (N, S): views of contiguous input
+        sums, keys, conf, hits = batch_sums(p.reshape(n, k, -1), y.reshape(n, -1), self.n_bins,
+                                            self.ignore_index, self.background, self._generator)
         if not checked:
             row_tolerance = 2.0**-7 if p.dtype == torch.bfloat16 else _ROW_SUM_TOLERANCE
-            self._check_values(sums.checks, row_tolerance)
+            check_batch(sums.checks, row_tolerance, k, self.ignore_index)
         sums.fold()
-
-        state, m = self._state, self.n_bins
-        pairs = sums.top_pairs[: 2 * m].view(m, 2)  # (misses, hits) per bin
-        state["top_counts"] += pairs.sum(dim=1)
-        state["top_hits"] += pairs[:, 1]
-        state["top_conf"] += sums.top_conf[:m]
-        state["class_counts"] += sums.class_counts[: k * m]
-        state["class_hits"] += sums.class_hits[: k * m]
-        state["class_scores"] += sums.class_scores[: k * m]
-        state["confusion"] += sums.confusion[: k * k]
-        state["sums"] += torch.stack([sums.sums[0], sums.sums[1], sums.released.abs().sum()])
-        state["released_n"] += sums.sums[2].to(torch.int64)
+        add_to_state(self._state, sums)
         self._add_to_sample(keys.reshape(-1), conf.reshape(-1), hits.reshape(-1))
-
-    def _check_values(self, checks: torch.Tensor, row_tolerance: float) -> None:
-        """Raise the ValueError of the first failed check (one host synchronisation).
-
-        ``checks``: lowest and highest valid label, lowest valid entry, highest valid
-        confidence, largest |row sum - 1| of a valid pixel. With no valid pixel the labels and
-        entries are +-inf in the order that passes.
-        """
-        label_low, label_high, low, high, deviation = checks.tolist()
-        k = self.num_classes
-        if label_low < 0 or label_high >= k:
-            ignored = "" if self.ignore_index is None else f" or ignore_index={self.ignore_index}"
-            raise ValueError(
-                f"`labels` must lie in [0, {k}) for K={k} classes{ignored}, got values in "
-                f"[{int(label_low)}, {int(label_high)}]"
-            )
-        not_finite = any(map(math.isnan, (low, high, deviation)))
-        if not_finite or low == -math.inf or high == math.inf or deviation == math.inf:
-            raise ValueError("`probs` must be finite; a valid pixel holds NaN or inf")
-        if low < -_PROB_TOLERANCE or high > 1.0 + _PROB_TOLERANCE:
-            raise ValueError(
-                f"`probs` must lie in [0, 1], got values in [{low:.6g}, {high:.6g}]; pass "
-                "probabilities, not logits (see `softmax`)"
-            )
-        if deviation > row_tolerance:
-            raise ValueError(
-                f"the K probabilities of every pixel must sum to 1 (within {row_tolerance:g}); "
-                f"one sum is {deviation:.6g} away from 1"
-            )
 
     def _add_to_sample(self, keys: torch.Tensor, conf: torch.Tensor, hits: torch.Tensor) -> None:
         """Keep the pixels of the ``aece_samples`` smallest keys seen so far (inf: dropped)."""
@@ -695,66 +551,27 @@ class CalibrationMeter:
             ``ece_released``) as floats. With no valid pixel every metric is NaN
             (``ece_released`` is NaN too when every valid pixel is background).
         """
-        k, m = self.num_classes, self.n_bins
         self._sum_kept()
-        if self._state is None:
+        values = None
+        if self._state is not None:
+            state = {name: tensor.cpu().numpy() for name, tensor in self._state.items()}
+            values = state_metrics(state, self.num_classes, self.n_bins, self._fill, self.iou())
+        if values is None:
             return {key: (0.0 if key in self._COUNT_KEYS else math.nan) for key in self.KEYS}
-        state = {name: tensor.cpu().numpy() for name, tensor in self._state.items()}
-        counts = state["top_counts"]
-        n = int(counts.sum())
-        sums = state["sums"]
-        released_n = int(state["released_n"][0])
-        ece_released = float(sums[2] / released_n) if released_n else math.nan
-        if n == 0:
-            return {key: (0.0 if key in self._COUNT_KEYS else math.nan) for key in self.KEYS}
-        accuracy_b, confidence_b = _bin_means(
-            counts, state["top_conf"], state["top_hits"].astype(np.float64)
-        )
-        class_counts = state["class_counts"].reshape(k, m)
-        class_acc, class_conf = _bin_means(
-            class_counts,
-            state["class_scores"].reshape(k, m),
-            state["class_hits"].reshape(k, m).astype(np.float64),
-        )
-        per_class = [
-            _reduce_gaps(class_counts[c], class_acc[c], class_conf[c], "l1") for c in range(k)
-        ]
-        fill = self._fill
-        order = np.argsort(state["sample_pos"][:fill], kind="stable")  # arrival order
-        aece = _ece(
-            state["sample_conf"][:fill][order],
-            state["sample_hits"][:fill][order],
-            m,
-            "equal_mass",
-            "l1",
-        )
-        iou = self.iou()
-        return {
-            "accuracy": float(state["top_hits"].sum() / n),
-            "ece": _reduce_gaps(counts, accuracy_b, confidence_b, "l1"),
-            "aece": aece,
-            "cece": float(np.mean(per_class)),
-            "mce": _reduce_gaps(counts, accuracy_b, confidence_b, "max"),
-            "nll": float(sums[0] / n),
-            "brier": float(max(0.0, sums[1] / n)),
-            "miou": float(np.nanmean(iou)) if np.isfinite(iou).any() else math.nan,
-            "ece_released": ece_released,
-            "n": float(n),
-            "n_aece": float(fill),
-            "n_released": float(released_n),
-        }
+        return values
 
     def table(self, keys: str | tuple[str, ...] | None = None) -> dict[str, float]:
         """The result-table metrics of all samples so far (``keep_samples=True`` only).
 
-        Every value is the public function named for its key in the docstring of
-        ``raysearch.metrics.TABLE_KEYS`` (``debiased_ce``: :func:`debiased_ece`), computed
-        with the same kernel on the concatenation of the kept batches, with this meter's
-        ``n_bins`` (``ece_100``: 100 bins; ``sweep_ce``: the bins of its sweep).
+        Every value is the kernel of the built-in metric of its key
+        (:mod:`raysearch.metrics.builtin`, which names the public function of the same value),
+        on the concatenation of the kept batches, with this meter's ``n_bins`` (``ece_100``:
+        100 bins; ``sweep_ce``: the bins of its sweep).
 
         Args:
-            keys: names from ``CALIBRATED_KEYS`` or ``"debiased_ce"``, in the order wanted.
-                Defaults to all of them (``CALIBRATED_KEYS``, then ``debiased_ce``).
+            keys: names of built-in metrics with a kernel (``group_keys("kernels")``:
+                ``CALIBRATED_KEYS``, then ``debiased_ce``), in the order wanted. Defaults to
+                all of them.
 
         Returns:
             Dict ``{key: float}`` in the order of ``keys``: fractions in [0, 1] (``nll`` in
@@ -765,7 +582,8 @@ class CalibrationMeter:
             ValueError: if the meter was built without ``keep_samples``, has no sample yet, or
                 a key is unknown.
         """
-        keys = _check_table_keys(_TABLE_KERNEL_KEYS if keys is None else keys, _TABLE_KERNEL_KEYS)
+        known = group_keys("kernels")
+        keys = check_keys(known if keys is None else keys, known)
         if not self.keep_samples:
             raise ValueError("`table()` needs a meter built with `keep_samples=True`")
         if not self._kept:
@@ -773,5 +591,5 @@ class CalibrationMeter:
         arrays = self._kept[0]  # one batch: its arrays as they are, no copy
         if len(self._kept) > 1:
             arrays = tuple(np.concatenate(parts) for parts in zip(*self._kept, strict=True))
-        compute = _table_kernels(*arrays, self.n_bins)
-        return {key: compute[key]() for key in keys}
+        scores = Scores(*arrays, self.n_bins)
+        return {key: BUILTIN_METRICS[key].compute(scores) for key in keys}

@@ -141,8 +141,8 @@ def select_on_means(summary: pd.DataFrame, *, accuracy: str = "val_accuracy",
         0-based row position of the selected configuration.
 
     Raises:
-        ValueError: as :func:`raysearch.metrics.selection.select_best` (bad tolerance, no eligible
-        row).
+        ValueError: as :func:`raysearch.metrics.selection.select_best` (bad tolerance, no
+            eligible row).
     """
     return select_best(summary, accuracy + MEAN, ece + MEAN, tolerance)
 

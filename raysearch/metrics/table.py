@@ -1,96 +1,44 @@
 """Metric names logged by trials and the summaries that compute them with one validation.
 
-The key tuples (:data:`SUMMARY_KEYS`, :data:`DENSE_KEYS`, :data:`TABLE_KEYS` with the paper
-column each key reproduces, :data:`CALIBRATED_KEYS`, :data:`ESTIMATOR_KEYS`) and
+The key tuples (:data:`SUMMARY_KEYS`, :data:`DENSE_KEYS`, :data:`TABLE_KEYS`,
+:data:`CALIBRATED_KEYS`, :data:`ESTIMATOR_KEYS`), read from the built-in metrics
+(:mod:`raysearch.metrics.builtin`, :func:`~raysearch.metrics.catalog.group_keys`), and
 :func:`calibration_summary`, :func:`estimator_summary`, :func:`table_summary` and
 :func:`calibration_report`. The three summaries are thin wrappers: each feeds the whole split
 to one :class:`~raysearch.metrics.meter.CalibrationMeter` with ``keep_samples=True`` (which
 validates ``probs`` / ``labels`` once) and reads :meth:`~raysearch.metrics.meter.
 CalibrationMeter.table`, the one code path of every table metric.
 
-Imports :mod:`raysearch.metrics._checks` and :mod:`raysearch.metrics.meter`; no module of the
-package imports this one.
+Imports :mod:`raysearch.metrics.checks`, :mod:`~raysearch.metrics.catalog` and
+:mod:`raysearch.metrics.meter`; no module of the package imports this one.
 """
 
 from typing import Any
 
 import numpy as np
 
-from raysearch.metrics._checks import _ROW_SUM_TOLERANCE, _check_n_bins, softmax
-from raysearch.metrics.meter import (  # noqa: F401
-    _ECE_100_BINS,
-    CalibrationMeter,
-    _check_table_keys,
-)
+from raysearch.metrics.catalog import check_keys, group_keys
+from raysearch.metrics.checks import _ROW_SUM_TOLERANCE, check_n_bins, softmax
+from raysearch.metrics.meter import CalibrationMeter
 
-#: Metric names of :func:`calibration_summary`, reported by a trial as ``val_*``/``test_*``.
-SUMMARY_KEYS = ("accuracy", "ece", "aece", "cece", "mce", "nll", "brier")
+#: Metric names of :func:`calibration_summary`, reported by a trial as ``val_*``/``test_*``
+#: (every epoch): the built-in metrics that the meter's sums give and that have a kernel.
+SUMMARY_KEYS = group_keys("summary")
 #: Metrics of a segmentation split (:class:`CalibrationMeter`), logged as ``{split}_{key}``;
 #: the temperature-scaled ones (:data:`SUMMARY_KEYS`) as ``test_{key}_ts``.
-DENSE_KEYS = ("accuracy", "miou", "ece", "aece", "cece", "mce", "nll", "brier", "ece_released")
-#: Metrics behind every column of the five papers' result tables (:func:`table_summary`), logged
-#: by every classification trial on the final model as ``{split}_{key}`` and after each post-hoc
-#: calibrator as ``{split}_{key}_{calibrator}``.
-TABLE_KEYS = (
-    "accuracy",
-    "ece",
-    "ece_100",
-    "aece",
-    "cece",
-    "mce",
-    "nll",
-    "overconfidence",
-    "underconfidence",
-    "average_confidence",
-    "ece_l2em",
-    "marginal_ece",
-    "ks",
-    "sweep_ce",
-)
-r"""Paper table column -> metric name -> definition.
-
-``M`` is the trial's ``ece_bins`` (15 by default, the papers' 15 bins); every value is a fraction
-in [0, 1] except ``nll`` (nats). docs/metrics.md holds the same table.
-
-* ``accuracy``: "ACC" / "Acc." / "Accuracy" (ACLS Tables 3, B; MbLS Table 2; ALS Tables 1-3, 5, 6;
-  SC Tables 4-6; SCTL Tables 1, 2, in parentheses): top-1 accuracy, :func:`accuracy`.
-* ``ece``: "ECE" with 15 bins (ACLS Tables 3-6, A, B; MbLS Tables 1, 3, 7; SCTL Tables 1-3),
-  "ECE 15" (ALS Tables 2, 3, 5, 6): :func:`ece`, M equal-width bins, l1.
-* ``ece_100``: "ECE 100" (ALS Tables 2, 3, 5, 6): :func:`ece`, 100 equal-width bins, l1.
-* ``aece``: "AECE" with 15 bins (ACLS Tables 3-6, B; MbLS Tables 1, 3): :func:`adaptive_ece`,
-  M equal-mass bins, l1.
-* ``cece``: no table column of the five papers (SCTL reports ECE and accuracy only); the
-  class-wise ECE of Kull et al. (NeurIPS 2019) that SCTL's per-class losses aim at:
-  :func:`classwise_ece`, M equal-width bins.
-* ``mce``: "MCE" (ALS Tables 2, 3, 5, 6): :func:`mce`, M equal-width bins.
-* ``nll``: "Log-loss" (ALS Tables 5, 6): :func:`nll`, eps 1e-12.
-* ``overconfidence``: "O.conf" (ALS Tables 1-3, 5, 6; Sec. 4.2, o(f) = E[c | wrong]):
-  :func:`overconfidence`, ``definition="conditional"`` (NaN if no prediction is wrong).
-* ``underconfidence``: "U.conf" (ALS Tables 1-3, 5, 6; Sec. 4.2, u(f) = E[1 - c | right]):
-  :func:`underconfidence`, ``definition="conditional"`` (NaN if no prediction is right).
-* ``average_confidence``: "A.conf" (ALS Tables 1, 5, 6): :func:`average_confidence`.
-* ``ece_l2em``: "ECE" (SC Tables 1, 2, 4-6; l2 norm, equal-mass bins, 15 bins): :func:`ece`,
-  M equal-mass bins, l2.
-* ``marginal_ece``: "Marginal ECE" (SC Table 6; l2 norm, equal-mass bins): :func:`marginal_ece`,
-  M equal-mass bins, l2.
-* ``ks``: "KS-Error" (SC Table 4): :func:`ks_error`.
-* ``sweep_ce``: "mean-sweep CE" (SC Table 4; l2 norm, equal-mass bins): :func:`sweep_ece`,
-  l2, equal-mass.
-
-Papers: ACLS (Park et al., ICCV 2023), MbLS (Liu et al., CVPR 2022), ALS (Krothapalli and
-Abbott, "Adaptive Label Smoothing", arXiv:2009.06432), SC (Karandikar et al., "Soft Calibration
-Objectives for Neural Networks", NeurIPS 2021), SCTL (Jung et al., "Scaling of Class-wise
-Training Losses for Post-hoc Calibration", ICML 2023). A column measured after post-hoc
-calibration (MbLS Table 7 "PosT"; SC Tables 1, 2 "TS" and "TS-SB-ECE"; SCTL Tables 1, 2 TS,
-ETS, CTS, PTS) is the same name with the calibrator's suffix: ``test_ece_ts``,
-``test_ece_l2em_ts``, ``test_ece_l2em_ts_sbece``. SC Table 3's train-set ECE (l1,
-equal-width) is ``ece`` of training outputs, which trials do not log.
-"""
+DENSE_KEYS = group_keys("dense")
+#: The result-table metrics (``table=True`` in :mod:`raysearch.metrics.builtin`, which names the
+#: papers' column each one reproduces, also in docs/metrics.md): every column of the five
+#: papers' result tables (:func:`table_summary`), logged by every classification trial on the
+#: final model as ``{split}_{key}`` and after each post-hoc calibrator as
+#: ``{split}_{key}_{calibrator}``. A column measured after post-hoc calibration is the same
+#: name with the calibrator's suffix (``test_ece_ts``, ``test_ece_l2em_ts_sbece``).
+TABLE_KEYS = group_keys("table")
 #: Metrics a trial also logs after each post-hoc calibrator, as ``{split}_{key}_{calibrator}``:
 #: :data:`SUMMARY_KEYS`, then the rest of :data:`TABLE_KEYS`.
-CALIBRATED_KEYS = (*SUMMARY_KEYS, *(key for key in TABLE_KEYS if key not in SUMMARY_KEYS))
+CALIBRATED_KEYS = group_keys("calibrated")
 #: Keys of :func:`estimator_summary`, in order (logged as ``{split}_{key}``).
-ESTIMATOR_KEYS = ("ece_l2em", "debiased_ce", "sweep_ce", "marginal_ece", "ks")
+ESTIMATOR_KEYS = group_keys("estimator")
 
 
 def calibration_summary(probs: Any, labels: Any, n_bins: int = 15) -> dict[str, float]:
@@ -160,19 +108,20 @@ def table_summary(
 ) -> dict[str, float]:
     """The metrics of the papers' result tables (:data:`TABLE_KEYS`), validated once.
 
-    Every value equals the public function the docstring of :data:`TABLE_KEYS` names, called on
-    the same inputs with ``n_bins`` where it bins (``ece_100``: 100 bins whatever ``n_bins``).
-    Only the asked ``keys`` are computed, so a caller that already has some (e.g. from
-    :func:`calibration_summary`) pays only for the rest. ``brier`` may be asked for too (all
-    of :data:`CALIBRATED_KEYS` are accepted).
+    Every value equals the public function its built-in metric names
+    (:mod:`raysearch.metrics.builtin`), called on the same inputs with ``n_bins`` where it bins
+    (``ece_100``: 100 bins whatever ``n_bins``). Only the asked ``keys`` are computed, so a
+    caller that already has some (e.g. from :func:`calibration_summary`) pays only for the
+    rest. ``brier`` may be asked for too (every metric logged after a post-hoc calibrator,
+    ``group_keys("calibrated")``, is accepted).
 
     Args:
         probs: (N, K) float probabilities, NumPy array or torch tensor; rows sum to 1.
         labels: (N,) integer class indices in [0, K).
         n_bins: number of bins M >= 1 of the binned metrics other than ``ece_100``. Defaults to
             ``15`` (the papers' 15 bins).
-        keys: names from :data:`CALIBRATED_KEYS`, in the order wanted. Defaults to
-            :data:`TABLE_KEYS`.
+        keys: names from ``group_keys("calibrated")`` (:data:`CALIBRATED_KEYS` and the table
+            metrics registered since), in the order wanted. Defaults to :data:`TABLE_KEYS`.
 
     Returns:
         Dict ``{key: float}`` in the order of ``keys``: fractions in [0, 1] (``nll`` in nats,
@@ -184,8 +133,8 @@ def table_summary(
         ValueError: if ``n_bins`` < 1, if a key is unknown, or for invalid ``probs`` /
             ``labels`` (see :func:`accuracy`).
     """
-    n_bins = _check_n_bins(n_bins)
-    return _meter_table(probs, labels, n_bins, _check_table_keys(keys, CALIBRATED_KEYS))
+    n_bins = check_n_bins(n_bins)
+    return _meter_table(probs, labels, n_bins, check_keys(keys, group_keys("calibrated")))
 
 
 def calibration_report(scores: Any, labels: Any, *, n_bins: int = 15,

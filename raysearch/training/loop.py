@@ -434,7 +434,7 @@ class TrainFeed:
         Checked once per (K, ignore_index), where the split is in memory (one host
         synchronisation); False for a file-backed split (its labels are not read ahead). The
         training pass then runs the losses under
-        :func:`raysearch.losses._common.checked_targets` (no per-batch check).
+        :func:`raysearch.losses.checked_targets` (no per-batch check).
         """
         key = (num_classes, ignore_index)
         if key not in self._checked:

@@ -2,11 +2,12 @@
 
 Each registry lives with its built-ins (:data:`raysearch.training.models.MODEL_REGISTRY`,
 :data:`raysearch.training.data.DATASET_REGISTRY`, :data:`raysearch.losses.LOSS_REGISTRY`,
-:data:`raysearch.calibration.CALIBRATOR_REGISTRY`,
+:data:`raysearch.calibration.CALIBRATOR_REGISTRY`, :data:`raysearch.metrics.METRIC_REGISTRY`,
 :data:`raysearch.training.optim.OPTIMIZER_REGISTRY`)
 and the :class:`~raysearch.registry.Registry` class knows none of them; this module imports each
-on first use (their imports are heavy). Metrics have no built-in names: their registry holds the
-installed plug-ins' (entry-point group ``raysearch.metrics``) and import strings.
+on first use (their imports are heavy). The metrics registry holds the built-in metrics (every
+trial logs them) and the installed plug-ins (entry-point group ``raysearch.metrics``): a user's
+metric is a plug-in, an import string or a function, named in ``metrics=`` / ``--metric``.
 """
 
 from __future__ import annotations
@@ -14,16 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from raysearch.registry import Registry, object_label
+from raysearch.registry import Entry, Registry, object_label
 
-__all__ = ["KINDS", "METRIC_REGISTRY", "metric_functions", "registry"]
+__all__ = ["KINDS", "describe", "metric_functions", "registry"]
 
 #: The kinds, in the order ``raysearch list`` offers them.
 KINDS = ("models", "datasets", "losses", "calibrators", "metrics", "optimizers")
-
-#: A user's metric functions ``fn(probs, labels) -> float`` (plug-ins and import strings).
-METRIC_REGISTRY = Registry("metrics", {})
-
 
 def registry(kind: str) -> Registry:
     """The registry of `kind`, one of :data:`KINDS`.
@@ -48,6 +45,8 @@ def registry(kind: str) -> Registry:
 
         return CALIBRATOR_REGISTRY
     if kind == "metrics":
+        from raysearch.metrics import METRIC_REGISTRY
+
         return METRIC_REGISTRY
     if kind == "optimizers":
         from raysearch.training.optim import OPTIMIZER_REGISTRY
@@ -71,17 +70,43 @@ def metric_functions(specs: Iterable[Any],
 
     Raises:
         ValueError: (a :class:`~raysearch.registry.RegistryError`) for a name that does not
-            resolve, or one line if what it names is not a function.
+            resolve, one line for a built-in metric or a function logged under a built-in's
+            name (every trial logs it already), or one line if what it names is not a function.
     """
     from raysearch.config import metric_name
+    from raysearch.metrics import BUILTIN_METRICS, METRIC_REGISTRY
 
     given = (components or {}).get("metrics")
     out = {}
     for spec in specs:
+        name = metric_name(spec)
+        label = spec if isinstance(spec, str) else object_label(spec)
+        if spec == name and name in BUILTIN_METRICS:
+            raise ValueError(f"metric {name!r} is built in: every trial logs val_{name} "
+                             "already (`raysearch list metrics` shows them)")
+        if name in BUILTIN_METRICS:
+            raise ValueError(f"metric {label!r} would be logged as val_{name}, the name of a "
+                             "built-in metric; rename the function (`raysearch list metrics` "
+                             "shows the built-ins)")
         fn = spec if callable(spec) else METRIC_REGISTRY.get(spec, components=given)
         if not callable(fn):
-            label = spec if isinstance(spec, str) else object_label(spec)
             raise ValueError(f"metric {label!r} is a {type(fn).__name__}, expected a function "
                              "fn(probs, labels) -> float")
-        out[metric_name(spec)] = fn
+        out[name] = fn
     return out
+
+
+def describe(kind: str, entry: Entry) -> str:
+    """What ``raysearch list`` shows after a registered name and its source ('' if nothing).
+
+    For a metric, its direction (``max`` or ``min``) and what it is; a plug-in metric is not
+    imported to say so.
+    """
+    if kind != "metrics":
+        return ""
+    from raysearch.metrics import MetricSpec
+
+    spec = entry.target
+    if not isinstance(spec, MetricSpec):
+        return ""
+    return f"{spec.direction}  {spec.description}"

@@ -29,7 +29,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from raysearch.metrics import CALIBRATED_KEYS, DENSE_KEYS, ESTIMATOR_KEYS, SUMMARY_KEYS, TABLE_KEYS
+from raysearch.metrics import DENSE_KEYS, SUMMARY_KEYS, group_keys
+from raysearch.metrics.catalog import user_metric_values
 from raysearch.training.loop import (
     Amp,
     Dist,
@@ -51,16 +52,11 @@ if TYPE_CHECKING:
     from raysearch.config import RunConfig
     from raysearch.training.data import DatasetSplits
 
-__all__ = ["CALIBRATED_KEYS", "CLASS_IOU", "CONFIDENCE_PLOT", "DENSE_KEYS", "LOGITS_FILE",
-           "SHIFT_PLOT", "SHIFT_TABLE", "SUMMARY_KEYS", "ClassificationTask", "DenseTask",
-           "EvalContext", "Task", "task_for"]
+__all__ = ["ClassificationTask", "DenseTask", "EvalContext", "Task", "task_for"]
 
 logger = logging.getLogger(__name__)
 
 _DENSE_TS_KEYS = SUMMARY_KEYS
-#: The papers' table metrics (:data:`~raysearch.metrics.TABLE_KEYS`) that neither the summary
-#: nor the estimators log: ``ece_100``, ``overconfidence``, ``underconfidence``, ...
-_TABLE_EXTRA_KEYS = tuple(k for k in TABLE_KEYS if k not in (*SUMMARY_KEYS, *ESTIMATOR_KEYS))
 
 # the files a trial writes (LOGITS_FILE, SHIFT_TABLE, SHIFT_PLOT, CLASS_IOU, CONFIDENCE_PLOT)
 # are named in raysearch.training.records, which the tracking reads too
@@ -92,23 +88,23 @@ class EvalContext:
     metric_fns: Mapping[str, MetricFn] = field(default_factory=dict)
 
 
-def custom_metrics(fns: Mapping[str, MetricFn], probs: np.ndarray, labels: np.ndarray,
+def custom_metrics(fns: Mapping[str, MetricFn], logits: Tensor, labels: Tensor,
                    split: str) -> dict[str, float]:
-    """``{split}_{name}: fn(probs, labels)`` for a user's metric functions.
+    """``{split}_{name}: fn(probs, labels)`` for a user's metric functions on a split's logits.
+
+    A function declaring ``reads="logits"`` (:func:`raysearch.metrics.metric`) gets the
+    logits (float64) instead of their softmax.
 
     Raises:
         ValueError: one line naming the metric if it raises or returns something that is not
             a number.
     """
-    out = {}
-    for name, fn in fns.items():
-        try:
-            value = float(fn(probs, labels))
-        except Exception as exc:  # noqa: BLE001 (a user's metric: one line naming it)
-            raise ValueError(f"metric {name!r} raised {type(exc).__name__} on the {split} "
-                             f"split: {' '.join(str(exc).split())}") from None
-        out[f"{split}_{name}"] = value
-    return out
+    from raysearch.metrics import softmax
+
+    z = numpy_logits(logits)
+    values = user_metric_values(fns, softmax(z), labels.cpu().numpy(),
+                                logits=z.astype(np.float64), where=f"the {split} split")
+    return {f"{split}_{name}": value for name, value in values.items()}
 
 
 class Task:
@@ -182,9 +178,23 @@ class Task:
         """Reliability bins of the test split (the trial's reliability diagram)."""
         raise NotImplementedError
 
-    def write_artifacts(self, result: TrainResult, cfg: RunConfig, options: Mapping[str, Any],
-                        out: Path, test: Any) -> dict[str, float]:
-        """Write the trial's files into `out`; return the metrics they add to the last report."""
+    def write_artifacts(self, result: TrainResult, cfg: RunConfig, out: Path, test: Any, *,
+                        posthoc: tuple[str, ...] = (), shift_set: Any = None,
+                        title: str = "trial",
+                        metric_fns: Mapping[str, MetricFn] | None = None) -> dict[str, float]:
+        """Write the trial's files into `out`; return the metrics they add to the last report.
+
+        Args:
+            result: the trained run.
+            cfg: its config.
+            out: the folder of the trial's last checkpoint.
+            test: the test split (the shift evaluation corrupts its images).
+            posthoc: the calibrators fitted after training (may be empty).
+            shift_set: a :class:`raysearch.metrics.shift.ShiftSet` to evaluate on, or None.
+            title: names the trial in its figures.
+            metric_fns: the user's metrics of the run (:attr:`EvalContext.metric_fns`), also
+                measured after each post-hoc calibrator.
+        """
         raise NotImplementedError
 
 
@@ -200,10 +210,7 @@ class ClassificationTask(Task):
         logits, labels = predict_source(net, source, ctx.amp, ddp=ctx.ddp, label=ctx.label)
         metrics = summary(logits, labels, "val", ctx.cfg.ece_bins, after)
         if ctx.metric_fns:
-            from raysearch.metrics import softmax
-
-            metrics.update(custom_metrics(ctx.metric_fns, softmax(numpy_logits(logits)),
-                                          labels.cpu().numpy(), "val"))
+            metrics.update(custom_metrics(ctx.metric_fns, logits, labels, "val"))
         return (logits, labels), metrics
 
     def finish(self, net: nn.Module, state: Any, val_source: Source, ctx: EvalContext,
@@ -226,10 +233,7 @@ class ClassificationTask(Task):
         metrics.update(_estimators(val_logits, val_y, "val", n_bins))
         metrics.update(_estimators(test_logits, test_y, "test", n_bins))
         if ctx.metric_fns:
-            from raysearch.metrics import softmax
-
-            metrics.update(custom_metrics(ctx.metric_fns, softmax(numpy_logits(test_logits)),
-                                          test_y.cpu().numpy(), "test"))
+            metrics.update(custom_metrics(ctx.metric_fns, test_logits, test_y, "test"))
         net.eval()
         return TrainResult(
             metrics=metrics, epochs_completed=epochs_completed, model=net,
@@ -243,17 +247,20 @@ class ClassificationTask(Task):
 
         return reliability_bins(softmax(result.test_logits), result.test_labels, n_bins=n_bins)
 
-    def write_artifacts(self, result: TrainResult, cfg: RunConfig, options: Mapping[str, Any],
-                        out: Path, test: Any) -> dict[str, float]:
+    def write_artifacts(self, result: TrainResult, cfg: RunConfig, out: Path, test: Any, *,
+                        posthoc: tuple[str, ...] = (), shift_set: Any = None,
+                        title: str = "trial",
+                        metric_fns: Mapping[str, MetricFn] | None = None) -> dict[str, float]:
         """``logits.parquet``; the post-hoc calibrators; the shift evaluation when asked.
 
         ``test_*_<calibrator>`` come from calibrators fitted on the validation logits;
         ``val_*_<calibrator>`` from ones fitted on a stratified half of the validation set and
-        measured on the other half (an honest validation score to select on).
+        measured on the other half (an honest validation score to select on). ``*`` is every
+        metric of ``group_keys("calibrated")`` and each of the user's `metric_fns`.
         """
         from raysearch.calibration.posthoc import Outputs, calibrate_outputs, write_outputs_parquet
 
-        posthoc = tuple(options.get("posthoc", ()))
+        posthoc = tuple(posthoc)
         final: dict[str, float] = {}
         logits = np.concatenate([result.val_logits, result.test_logits])
         labels = np.concatenate([result.val_labels, result.test_labels])
@@ -263,15 +270,17 @@ class ClassificationTask(Task):
             # the uncalibrated rows are left out: fit measured the test split already, and the
             # val half's raw numbers are not reported
             report = calibrate_outputs(Outputs(logits, labels, split=np.asarray(split)),
-                                       methods=posthoc, n_bins=cfg.ece_bins, uncalibrated=False)
+                                       methods=posthoc, n_bins=cfg.ece_bins, uncalibrated=False,
+                                       metrics=metric_fns)
             final.update({k: v for k, v in report.as_metrics("test").items()
                           if k not in result.metrics})
             val_only = Outputs(result.val_logits, result.val_labels)
             halves = calibrate_outputs(val_only, methods=posthoc, n_bins=cfg.ece_bins,
-                                       fraction=0.5, seed=cfg.seed, uncalibrated=False)
+                                       fraction=0.5, seed=cfg.seed, uncalibrated=False,
+                                       metrics=metric_fns)
             final.update(halves.as_metrics("val", calibrated_only=True))
-        if options.get("shift_set"):
-            final.update(_shift_eval(result, cfg, test, options["shift_set"], posthoc, out))
+        if shift_set:
+            final.update(_shift_eval(result, cfg, test, shift_set, posthoc, out))
         return final
 
 
@@ -349,8 +358,10 @@ class DenseTask(Task):
     def test_bins(self, result: TrainResult, n_bins: int) -> Any:  # noqa: D102
         return result.dense["test_bins"]
 
-    def write_artifacts(self, result: TrainResult, cfg: RunConfig, options: Mapping[str, Any],
-                        out: Path, test: Any) -> dict[str, float]:
+    def write_artifacts(self, result: TrainResult, cfg: RunConfig, out: Path, test: Any, *,
+                        posthoc: tuple[str, ...] = (), shift_set: Any = None,
+                        title: str = "trial",
+                        metric_fns: Mapping[str, MetricFn] | None = None) -> dict[str, float]:
         """Per-class IoU (``class_iou.csv``) and the confidence maps; no logits file.
 
         A VOC split has hundreds of millions of pixels. Temperature scaling was fitted in
@@ -366,8 +377,7 @@ class DenseTask(Task):
         if dense["images"]:
             try:
                 plots.confidence_maps(dense["images"], out / CONFIDENCE_PLOT,
-                                      title=f"{options.get('trial_id', 'trial')}: "
-                                            "validation images")
+                                      title=f"{title}: validation images")
             except Exception as exc:  # noqa: BLE001 (a plot must never fail the trial)
                 logger.warning("confidence maps not drawn: %s", exc)
         return {}
@@ -420,14 +430,16 @@ def _estimators(logits: Tensor, labels: Tensor, split: str, n_bins: int) -> dict
     """``{split}_{key}`` of the estimators and of the other table metrics (final model only).
 
     :func:`raysearch.metrics.estimator_summary`, then :func:`raysearch.metrics.table_summary`
-    for the :data:`~raysearch.metrics.TABLE_KEYS` that :func:`summary` and the estimators do
+    for the table metrics (``group_keys("table")``) that :func:`summary` and the estimators do
     not give (``ece_100``, ``overconfidence``, ``underconfidence``, ``average_confidence``).
     """
     from raysearch.metrics import estimator_summary, softmax, table_summary
 
     probs, y = softmax(numpy_logits(logits)), labels.cpu().numpy()
     values = estimator_summary(probs, y, n_bins=n_bins)
-    values.update(table_summary(probs, y, n_bins=n_bins, keys=_TABLE_EXTRA_KEYS))
+    logged = (*group_keys("summary"), *group_keys("estimator"))
+    extra = tuple(key for key in group_keys("table") if key not in logged)
+    values.update(table_summary(probs, y, n_bins=n_bins, keys=extra))
     return {f"{split}_{key}": float(value) for key, value in values.items()}
 
 

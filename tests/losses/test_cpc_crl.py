@@ -248,7 +248,7 @@ def test_fit_feeds_each_samples_index_to_the_history(map_style):
     if map_style:
         digits = dataclasses.replace(digits, train=_MapStyle(digits.train))
     loss = CorrectnessRankingLoss()
-    result = fit(RunConfig(method="crl", epochs=1, batch_size=128), data=digits, loss=loss)
+    result = fit(RunConfig(loss={"name": "crl"}, epochs=1, batch_size=128), data=digits, loss=loss)
     n = len(digits.train)
     # one epoch: every training sample visited exactly once under its own position, and the
     # history holds exactly the correct predictions the loop counted for train_accuracy
@@ -260,4 +260,4 @@ def test_fit_feeds_each_samples_index_to_the_history(map_style):
 def test_crl_refuses_batch_mixing():
     digits = load_dataset("digits", seed=0)
     with pytest.raises(ValueError, match="cannot be combined with a loss taking index"):
-        fit(RunConfig(method="crl", epochs=1, mixup_alpha=0.2), data=digits)
+        fit(RunConfig(loss={"name": "crl"}, epochs=1, mixup_alpha=0.2), data=digits)

@@ -16,7 +16,7 @@ from raysearch.losses import _LOSSES, available_losses, build_loss, loss_paramet
 from raysearch.losses._common import flatten_inputs
 from raysearch.losses.classification import CrossEntropy, FocalLoss
 from raysearch.losses.objectness import ObjectnessLabelSmoothing
-from raysearch.losses.soft_calibration import BrierLoss, SecondaryObjective
+from raysearch.losses.secondary import BrierLoss, SecondaryObjective
 
 N, K, H, W = 2, 4, 3, 5
 VOC = 255  # the boundary label of PASCAL VOC segmentation

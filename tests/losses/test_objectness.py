@@ -31,8 +31,27 @@ def _random_inputs(n=6, k=4, seed=0):
 
 
 class TestObjectnessLabelSmoothing:
-    def test_needs_objectness_flag(self):
-        assert ObjectnessLabelSmoothing.needs_objectness is True
+    def test_side_inputs_declare_objectness(self):
+        from raysearch.training.data.side import loss_side_inputs
+
+        assert ObjectnessLabelSmoothing.side_inputs == ("objectness",)
+        assert loss_side_inputs(ObjectnessLabelSmoothing()) == ("objectness",)
+        assert not hasattr(ObjectnessLabelSmoothing, "needs_objectness")
+
+    def test_side_inputs_the_forward_does_not_take_are_refused(self):
+        from raysearch.training.data.side import loss_side_inputs
+
+        class Wrong(torch.nn.Module):
+            side_inputs = ("objectness", "weights")
+
+            def forward(self, logits, targets, *, objectness=None):
+                return logits.sum()
+
+        with pytest.raises(ValueError, match="name weights, which its forward does not take"):
+            loss_side_inputs(Wrong())
+        Wrong.side_inputs = "objectness"  # a string, not a tuple of names
+        with pytest.raises(ValueError, match="must be a tuple of keyword names"):
+            loss_side_inputs(Wrong())
 
     def test_hand_value(self):
         # beta = 0.5; alpha_i = 1 - o_i; target gets 1 - beta*alpha, others beta*alpha/(K-1)

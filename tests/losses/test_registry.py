@@ -274,7 +274,7 @@ def test_bf16_logits_give_the_float32_value(name, params):
     logits = (8 * torch.randn(16, 5)).bfloat16()
     targets = torch.randint(0, 5, (16,))
     loss_fn = build_loss(name, **params)
-    side = {"objectness": torch.rand(16)} if getattr(loss_fn, "needs_objectness", False) else {}
+    side = {"objectness": torch.rand(16)} if "objectness" in loss_side_inputs(loss_fn) else {}
     value = loss_fn(logits, targets, **side)
     assert value.dtype == torch.float32
     torch.testing.assert_close(value, loss_fn(logits.float(), targets, **side), rtol=0, atol=0)

@@ -1,4 +1,4 @@
-"""Tests of raysearch.losses.soft_calibration: sbece, savuc, avuc, avuc_gs, mmce, mdca."""
+"""Tests of the secondary objectives: sbece, savuc, avuc, avuc_gs, mmce, mdca."""
 
 import math
 
@@ -6,18 +6,11 @@ import numpy as np
 import pytest
 import torch
 
+from raysearch.losses.avuc import AvUC, AvUCGS, SoftAvUC, soft_uncertainty
 from raysearch.losses.classification import CrossEntropy, FocalLoss
-from raysearch.losses.soft_calibration import (
-    MDCA,
-    MMCE,
-    AvUC,
-    AvUCGS,
-    BrierLoss,
-    SoftAvUC,
-    SoftBinnedECE,
-    soft_binned_ece,
-    soft_uncertainty,
-)
+from raysearch.losses.mmce_mdca import MDCA, MMCE
+from raysearch.losses.secondary import BrierLoss
+from raysearch.losses.soft_binning import SoftBinnedECE, soft_binned_ece
 from raysearch.metrics import ece
 
 # Shared 4x3 example (K = 3).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def overconfidence(probs: np.ndarray, labels: np.ndarray) -> float:
+def confidence_gap(probs: np.ndarray, labels: np.ndarray) -> float:
     """Mean top-label confidence minus accuracy (a fraction; > 0: overconfident).
 
     Args:

@@ -51,65 +51,23 @@ Layers: the corruptions and the shared argument checks are in the leaf
 :mod:`raysearch.metrics.shift.corruptions`; :class:`ShiftSet`, :class:`LazyImages` and
 :func:`build_shift_set` in :mod:`raysearch.metrics.shift.sets`; :func:`load_released_shift_set` in
 :mod:`raysearch.metrics.shift.released`; :class:`ShiftReport` and :func:`evaluate_shift` in
-:mod:`raysearch.metrics.shift.evaluation`. This module only re-exports them (every name, private
-ones included, stays importable from ``raysearch.metrics.shift``); none of them imports it.
+:mod:`raysearch.metrics.shift.evaluation`. This module gathers their public names; none of them
+imports it.
 """
 
 from __future__ import annotations
 
-# The corruptions (corruptions), the shift sets (sets), the released corrupted test
-# sets (released) and the evaluation (evaluation) live in their own modules; every
-# name stays importable from here. raysearch.metrics (torch) and pandas are imported where they
-# are used: the worker processes of build_shift_set(processes=...) import shift.sets and need
-# neither (~2.5 s less start-up).
-from raysearch.metrics.shift.corruptions import _NAME_PATTERN as _NAME_PATTERN
-from raysearch.metrics.shift.corruptions import _SEEDED_BY_KEYWORD as _SEEDED_BY_KEYWORD
-from raysearch.metrics.shift.corruptions import DEFAULT_CORRUPTIONS as DEFAULT_CORRUPTIONS
-from raysearch.metrics.shift.corruptions import MIN_IMAGE_SIZE as MIN_IMAGE_SIZE
-from raysearch.metrics.shift.corruptions import SEVERITIES as SEVERITIES
-from raysearch.metrics.shift.corruptions import _as_index_array as _as_index_array
-from raysearch.metrics.shift.corruptions import _check_corruption as _check_corruption
-from raysearch.metrics.shift.corruptions import _check_images as _check_images
-from raysearch.metrics.shift.corruptions import _check_int as _check_int
-from raysearch.metrics.shift.corruptions import _check_severity as _check_severity
-from raysearch.metrics.shift.corruptions import _check_size as _check_size
-from raysearch.metrics.shift.corruptions import _corrupt_checked as _corrupt_checked
-from raysearch.metrics.shift.corruptions import _known_corruptions as _known_corruptions
-from raysearch.metrics.shift.corruptions import _library as _library
-from raysearch.metrics.shift.corruptions import _rng_seeds as _rng_seeds
-from raysearch.metrics.shift.corruptions import _seeded_global_rng as _seeded_global_rng
-from raysearch.metrics.shift.corruptions import corrupt_images as corrupt_images
-from raysearch.metrics.shift.evaluation import _METRICS as _METRICS
-from raysearch.metrics.shift.evaluation import ShiftReport as ShiftReport
-from raysearch.metrics.shift.evaluation import _calibrator_label as _calibrator_label
-from raysearch.metrics.shift.evaluation import _logits_array as _logits_array
-from raysearch.metrics.shift.evaluation import _row_metrics as _row_metrics
-from raysearch.metrics.shift.evaluation import evaluate_shift as evaluate_shift
-from raysearch.metrics.shift.released import _IMAGE_SUFFIXES as _IMAGE_SUFFIXES
-from raysearch.metrics.shift.released import _LAYOUTS as _LAYOUTS
-from raysearch.metrics.shift.released import _RESERVED_NAMES as _RESERVED_NAMES
-from raysearch.metrics.shift.released import RELEASED_LABELS_FILE as RELEASED_LABELS_FILE
-from raysearch.metrics.shift.released import _cifar_c_entries as _cifar_c_entries
-from raysearch.metrics.shift.released import _class_indices as _class_indices
-from raysearch.metrics.shift.released import _corruption_name as _corruption_name
-from raysearch.metrics.shift.released import _ImageFiles as _ImageFiles
-from raysearch.metrics.shift.released import _imagenet_c_files as _imagenet_c_files
-from raysearch.metrics.shift.released import _imagenet_c_folders as _imagenet_c_folders
-from raysearch.metrics.shift.released import _NpyRows as _NpyRows
-from raysearch.metrics.shift.released import _open_npy as _open_npy
-from raysearch.metrics.shift.released import _read_image as _read_image
-from raysearch.metrics.shift.released import _shape_text as _shape_text
-from raysearch.metrics.shift.released import _subfolders as _subfolders
-from raysearch.metrics.shift.released import load_released_shift_set as load_released_shift_set
-from raysearch.metrics.shift.sets import _IMAGE_KEY_PREFIX as _IMAGE_KEY_PREFIX
-from raysearch.metrics.shift.sets import CLEAN as CLEAN
-from raysearch.metrics.shift.sets import LazyImages as LazyImages
-from raysearch.metrics.shift.sets import ShiftSet as ShiftSet
-from raysearch.metrics.shift.sets import _corrupt_severities as _corrupt_severities
-from raysearch.metrics.shift.sets import _entry_shape as _entry_shape
-from raysearch.metrics.shift.sets import _stratified_subsample as _stratified_subsample
-from raysearch.metrics.shift.sets import build_shift_set as build_shift_set
-from raysearch.metrics.shift.sets import logger as logger
+# raysearch.metrics (torch) and pandas are imported where they are used: the worker processes of
+# build_shift_set(processes=...) import shift.sets and need neither (~2.5 s less start-up).
+from raysearch.metrics.shift.corruptions import (
+    DEFAULT_CORRUPTIONS,
+    MIN_IMAGE_SIZE,
+    SEVERITIES,
+    corrupt_images,
+)
+from raysearch.metrics.shift.evaluation import ShiftReport, evaluate_shift
+from raysearch.metrics.shift.released import RELEASED_LABELS_FILE, load_released_shift_set
+from raysearch.metrics.shift.sets import CLEAN, LazyImages, ShiftSet, build_shift_set
 
 __all__ = [
     "CLEAN",

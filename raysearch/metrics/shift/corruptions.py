@@ -10,7 +10,7 @@ checks of images, integers and index arrays defined here are shared by
 
 The leaf of the shift modules: it imports nothing from the package (NumPy only), so the worker
 processes of ``build_shift_set(processes=...)`` stay light. :mod:`raysearch.metrics.shift`
-re-exports every name defined here.
+gathers its public names.
 """
 
 from __future__ import annotations

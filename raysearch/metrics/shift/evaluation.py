@@ -8,8 +8,8 @@ percent.
 
 Imports :mod:`raysearch.metrics.shift.corruptions` and :mod:`raysearch.metrics.shift.sets` at module
 level; :mod:`raysearch.metrics` (torch) and pandas only inside the functions that use them, so that
-``import raysearch.metrics.shift`` stays light. :mod:`raysearch.metrics.shift` re-exports every name
-defined here.
+``import raysearch.metrics.shift`` stays light. :mod:`raysearch.metrics.shift` gathers its public
+names.
 """
 
 from __future__ import annotations

@@ -8,8 +8,7 @@
 Nothing is corrupted here, so ``imagecorruptions`` is not needed.
 
 Imports :mod:`raysearch.metrics.shift.corruptions` and :mod:`raysearch.metrics.shift.sets` (NumPy;
-Pillow when an image file is read); :mod:`raysearch.metrics.shift` re-exports every name defined
-here.
+Pillow when an image file is read); :mod:`raysearch.metrics.shift` gathers its public names.
 """
 
 from __future__ import annotations
@@ -141,12 +140,13 @@ def _shape_text(shape: Sequence[int]) -> str:
     return "x".join(str(int(d)) for d in shape)
 
 
-def _cifar_c_entries(
-    folder: Path, hwc: tuple[int, ...], labels: np.ndarray, num_classes: int, index: np.ndarray
-) -> dict[tuple[str, int], LazyImages]:
-    """The lazy entries of a CIFAR-10-C-layout folder for the test rows ``index``."""
+def _check_released_labels(labels_path: Path, labels: np.ndarray, num_classes: int) -> None:
+    """Check a CIFAR-10-C ``labels.npy``: the test split's labels, once per severity.
+
+    Raises:
+        ValueError: naming the file and what does not match the test split.
+    """
     n = labels.shape[0]
-    labels_path = folder / RELEASED_LABELS_FILE
     released = _open_npy(labels_path, what="labels")
     k = len(SEVERITIES)
     if (
@@ -180,6 +180,15 @@ def _cifar_c_entries(
                 f"{row}) has label {block[row]}, image {row} of the test split {labels[row]}; "
                 "the folder was not made from this test split"
             )
+
+
+def _cifar_c_entries(
+    folder: Path, hwc: tuple[int, ...], labels: np.ndarray, num_classes: int, index: np.ndarray
+) -> dict[tuple[str, int], LazyImages]:
+    """The lazy entries of a CIFAR-10-C-layout folder for the test rows ``index``."""
+    n = labels.shape[0]
+    k = len(SEVERITIES)
+    _check_released_labels(folder / RELEASED_LABELS_FILE, labels, num_classes)
     files = sorted(
         p
         for p in folder.iterdir()

@@ -9,7 +9,7 @@ imports light (NumPy and :mod:`raysearch.metrics.shift.corruptions` only; no tor
 
 Imports the leaf :mod:`raysearch.metrics.shift.corruptions` only;
 :mod:`raysearch.metrics.shift.released` and :mod:`raysearch.metrics.shift.evaluation` import this
-module, and :mod:`raysearch.metrics.shift` re-exports every name defined here.
+module, and :mod:`raysearch.metrics.shift` gathers its public names.
 """
 
 from __future__ import annotations
@@ -245,6 +245,57 @@ def _corrupt_severities(
     return corruption, out, time.perf_counter() - start
 
 
+def _corrupt_all(
+    subsample: np.ndarray, corruptions: tuple[str, ...], severities: tuple[int, ...], seed: int,
+    processes: int, report: Callable[[str, float], None],
+) -> dict[str, dict[int, np.ndarray]]:
+    """``{corruption: {severity: images}}``, in this process or in spawned workers.
+
+    `report(corruption, seconds)` is called as each corruption finishes.
+    """
+    results: dict[str, dict[int, np.ndarray]] = {}
+    workers = min(processes, len(corruptions))
+    if workers <= 1:
+        for corruption in corruptions:
+            _, results[corruption], seconds = _corrupt_severities(
+                subsample, corruption, severities, seed
+            )
+            report(corruption, seconds)
+        return results
+    # spawn, not fork: the caller may hold torch/OpenMP threads that a fork would break
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = [
+            pool.submit(_corrupt_severities, subsample, corruption, severities, seed)
+            for corruption in corruptions
+        ]
+        for future in as_completed(futures):
+            corruption, results[corruption], seconds = future.result()
+            report(corruption, seconds)
+    return results
+
+
+def _check_grid(corruptions: Sequence[str], severities: Sequence[int]
+                ) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The corruptions and severities of a shift set as tuples, each checked, none repeated.
+
+    Raises:
+        TypeError: if `corruptions` is a string, or a severity is not an integer.
+        ValueError: for an unknown or repeated corruption, or a bad or repeated severity.
+    """
+    if isinstance(corruptions, str):
+        raise TypeError(
+            f"`corruptions` must be a sequence of names, got the string {corruptions!r}"
+        )
+    corruptions = tuple(_check_corruption(c) for c in corruptions)
+    if len(set(corruptions)) != len(corruptions):
+        raise ValueError(f"`corruptions` must not repeat a name, got {corruptions}")
+    severities = tuple(_check_severity(s) for s in severities)
+    if len(set(severities)) != len(severities):
+        raise ValueError(f"`severities` must not repeat a value, got {severities}")
+    return corruptions, severities
+
+
 def build_shift_set(
     images: np.ndarray,
     labels: np.ndarray,
@@ -297,16 +348,7 @@ def build_shift_set(
     labels = _as_index_array("labels", labels, images.shape[0])
     if images.shape[0] == 0:
         raise ValueError(f"`images` must hold at least one image, got shape {images.shape}")
-    if isinstance(corruptions, str):
-        raise TypeError(
-            f"`corruptions` must be a sequence of names, got the string {corruptions!r}"
-        )
-    corruptions = tuple(_check_corruption(c) for c in corruptions)
-    if len(set(corruptions)) != len(corruptions):
-        raise ValueError(f"`corruptions` must not repeat a name, got {corruptions}")
-    severities = tuple(_check_severity(s) for s in severities)
-    if len(set(severities)) != len(severities):
-        raise ValueError(f"`severities` must not repeat a value, got {severities}")
+    corruptions, severities = _check_grid(corruptions, severities)
     if max_samples is not None:
         max_samples = _check_int("max_samples", max_samples, minimum=1)
     seed = _check_int("seed", seed, minimum=0)
@@ -318,7 +360,6 @@ def build_shift_set(
 
     index = _stratified_subsample(labels, max_samples, seed)
     subsample = np.ascontiguousarray(images[index])
-    results: dict[str, dict[int, np.ndarray]] = {}
 
     def report(corruption: str, seconds: float) -> None:
         line = (
@@ -329,25 +370,7 @@ def build_shift_set(
         if progress is not None:
             progress(line)
 
-    workers = min(processes, len(corruptions))
-    if workers <= 1:
-        for corruption in corruptions:
-            _, results[corruption], seconds = _corrupt_severities(
-                subsample, corruption, severities, seed
-            )
-            report(corruption, seconds)
-    else:
-        # spawn, not fork: the caller may hold torch/OpenMP threads that a fork would break
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            futures = [
-                pool.submit(_corrupt_severities, subsample, corruption, severities, seed)
-                for corruption in corruptions
-            ]
-            for future in as_completed(futures):
-                corruption, results[corruption], seconds = future.result()
-                report(corruption, seconds)
-
+    results = _corrupt_all(subsample, corruptions, severities, seed, processes, report)
     shifted: dict[tuple[str, int], np.ndarray] = {CLEAN: subsample}
     for corruption in corruptions:
         for severity in severities:

@@ -1,10 +1,10 @@
 """Per-sample inputs of a loss besides the logits and the targets, made by the data.
 
-A loss states what else it takes in its class attribute ``side_inputs`` (a tuple of keyword
-names it accepts in ``forward``); objectness-adaptive label smoothing's ``needs_objectness =
-True`` is read as ``side_inputs = ("objectness",)``. The training loop asks
-:func:`side_input_epochs` for the epochs that carry them and passes them to the loss batch by
-batch, without knowing what they are. Plain PyTorch: no Ray, no MLflow.
+A loss states what else it takes in its class attribute ``side_inputs``, declared with the loss
+class: a tuple of keyword names its ``forward`` accepts (``("objectness",)`` for
+objectness-adaptive label smoothing, ``("index",)`` for the correctness ranking loss). The
+training loop asks :func:`side_input_epochs` for the epochs that carry them and passes them to
+the loss batch by batch, without knowing what they are. Plain PyTorch: no Ray, no MLflow.
 
 Provided here:
 
@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from raysearch.registry import accepted_keywords
 from raysearch.training.data.splits import DatasetSplits
 
 __all__ = ["PROVIDED", "SPLIT_INPUTS", "loss_side_inputs", "side_input_epochs",
@@ -41,10 +42,24 @@ EpochTensors = Callable[[int], tuple[Tensor, Tensor, dict[str, Tensor]]]
 
 
 def loss_side_inputs(loss: Any) -> tuple[str, ...]:
-    """The per-sample keyword inputs `loss` takes besides logits and targets (may be empty)."""
-    names = tuple(getattr(loss, "side_inputs", ()) or ())
-    if getattr(loss, "needs_objectness", False) and "objectness" not in names:
-        names = (*names, "objectness")
+    """The per-sample keyword inputs `loss` takes besides logits and targets (may be empty).
+
+    Read from the loss's ``side_inputs`` attribute (a tuple of names, or none).
+
+    Raises:
+        ValueError: if ``side_inputs`` is not a tuple of names, or names one that the loss's
+            ``forward`` does not accept.
+    """
+    names = getattr(loss, "side_inputs", ()) or ()
+    if isinstance(names, str) or not all(isinstance(name, str) for name in names):
+        raise ValueError(f"the loss's `side_inputs` must be a tuple of keyword names, got "
+                         f"{names!r}")
+    names = tuple(names)
+    accepted, var_kw = accepted_keywords(getattr(loss, "forward", loss))
+    missing = [name for name in names if name not in accepted]
+    if missing and not var_kw:
+        raise ValueError(f"the loss's `side_inputs` name {', '.join(missing)}, which its "
+                         f"forward does not take as a keyword")
     return names
 
 

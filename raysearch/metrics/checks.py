@@ -1,7 +1,9 @@
 """Input conversion and validation of ``probs`` / ``labels``, the top-1 scan, and softmax.
 
 The leaf of :mod:`raysearch.metrics`: every other module of the package imports its checks from
-here, and this module imports nothing from the package (NumPy only).
+here, and this module imports nothing from the package (NumPy only). The public checks
+(:func:`to_numpy`, :func:`check_n_bins`, :func:`check_row_sums`, :func:`validate_probs`,
+:func:`check_labels`, :func:`softmax`) are those the post-hoc calibrators share.
 """
 
 import numbers
@@ -17,8 +19,17 @@ _ROW_SUM_TOLERANCE = 1e-3
 _BLOCK_ENTRIES = 1 << 17
 
 
-def _to_numpy(value: Any) -> np.ndarray:
-    """Return a NumPy view/copy of a NumPy array, a PyTorch tensor or a nested sequence."""
+def to_numpy(value: Any) -> np.ndarray:
+    """A NumPy view or copy of a NumPy array, a PyTorch tensor (any device) or a sequence.
+
+    A float16 or bfloat16 tensor becomes float32 (NumPy has no bfloat16).
+
+    Args:
+        value: the array, tensor or (nested) sequence.
+
+    Returns:
+        The NumPy array (a view where possible).
+    """
     if type(value).__module__.split(".")[0] == "torch" and hasattr(value, "detach"):
         tensor = value.detach().cpu()
         if tensor.is_floating_point() and tensor.element_size() < 4:
@@ -29,7 +40,7 @@ def _to_numpy(value: Any) -> np.ndarray:
 
 def _as_float_array(name: str, value: Any) -> np.ndarray:
     """Convert to a real floating array (ints and bools become float64, float16 float32)."""
-    array = _to_numpy(value)
+    array = to_numpy(value)
     if array.dtype == np.bool_ or np.issubdtype(array.dtype, np.integer):
         return array.astype(np.float64)
     if array.dtype == np.float16:
@@ -39,7 +50,13 @@ def _as_float_array(name: str, value: Any) -> np.ndarray:
     return array
 
 
-def _check_n_bins(n_bins: object) -> int:
+def check_n_bins(n_bins: object) -> int:
+    """``n_bins`` as an int.
+
+    Raises:
+        TypeError: if `n_bins` is not an integer (a bool is not).
+        ValueError: if `n_bins` < 1.
+    """
     if isinstance(n_bins, bool) or not isinstance(n_bins, numbers.Integral):
         raise TypeError(f"`n_bins` must be an integer, got {type(n_bins).__name__} {n_bins!r}")
     if n_bins < 1:
@@ -89,11 +106,20 @@ def _check_probs_exact(p: np.ndarray, row_sum_tolerance: float) -> None:
             f"`probs` must lie in [0, 1], got values in [{low:.6g}, {high:.6g}]; pass "
             "probabilities, not logits (see `softmax`)"
         )
-    _check_row_sums(row_sums, row_sum_tolerance)
+    check_row_sums(row_sums, row_sum_tolerance)
 
 
-def _check_row_sums(row_sums: np.ndarray, tolerance: float, what: str = "`probs`") -> None:
-    """Raise ``ValueError`` naming the worst row if a (N,) row sum is beyond `tolerance` of 1."""
+def check_row_sums(row_sums: np.ndarray, tolerance: float, what: str = "`probs`") -> None:
+    """Check that every row of probabilities sums to 1 within `tolerance`.
+
+    Args:
+        row_sums: (N,) float row sums.
+        tolerance: the largest accepted |row sum - 1|.
+        what: the input, for the message. Defaults to ```probs```.
+
+    Raises:
+        ValueError: naming the worst row if its sum is beyond `tolerance` of 1.
+    """
     deviation = np.abs(row_sums - 1.0)
     worst = int(np.argmax(deviation))
     if deviation[worst] > tolerance:
@@ -159,12 +185,23 @@ def _check_probs(p: np.ndarray, row_sum_tolerance: float) -> None:
     _check_probs_exact(p, row_sum_tolerance)
 
 
-def _validate_probs(probs: Any) -> np.ndarray:
-    """Check ``probs`` (N, K) and return it as a NumPy array (the ``probs`` half of `_validate`).
+def validate_probs(probs: Any) -> np.ndarray:
+    """Check (N, K) probabilities and return them as a NumPy array.
 
     ``probs`` keeps its float32/float64 precision (no copy of a large float32 array; float16 and
     bfloat16 become float32). Rows must sum to 1 within 1e-3 (within 2**-7 for bfloat16 tensors,
     whose own rounding exceeds 1e-3).
+
+    Args:
+        probs: (N, K) probabilities, NumPy array or torch tensor.
+
+    Returns:
+        The (N, K) float32 or float64 NumPy array.
+
+    Raises:
+        TypeError: if `probs` does not hold real numbers.
+        ValueError: if `probs` is not 2-D, not finite, outside [0, 1] or has a row not summing
+            to 1.
     """
     p, row_sum_tolerance = _probs_array(probs)
     _check_probs(p, row_sum_tolerance)
@@ -212,14 +249,23 @@ def _top1_scan(p: np.ndarray, row_sum_tolerance: float) -> tuple[np.ndarray, np.
     return predictions, confidences
 
 
-def _check_labels(labels: Any, n: int, k: int, scores_name: str = "probs") -> np.ndarray:
-    """Check ``labels`` (N,) against scores of shape (N, K); return it as ``np.intp``.
+def check_labels(labels: Any, n: int, k: int, scores_name: str = "probs") -> np.ndarray:
+    """Check (N,) labels against scores of shape (N, K); return them as ``np.intp``.
+
+    Args:
+        labels: (N,) integer class indices, NumPy array, tensor or sequence.
+        n: the number of samples N.
+        k: the number of classes K.
+        scores_name: the scores, for messages. Defaults to ``"probs"``.
+
+    Returns:
+        (N,) ``np.intp`` labels in [0, K).
 
     Raises:
         ValueError: on a shape mismatch (both shapes quoted, the scores named `scores_name`),
             a non-integer dtype (bool included) or values outside [0, K).
     """
-    y = _to_numpy(labels)
+    y = to_numpy(labels)
     if y.shape != (n,):
         raise ValueError(
             f"`labels` must have shape ({n},) to match `{scores_name}` of shape {(n, k)}, "
@@ -238,10 +284,10 @@ def _check_labels(labels: Any, n: int, k: int, scores_name: str = "probs") -> np
 def _validate(probs: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
     """Check ``probs`` (N, K) and ``labels`` (N,) and return them as NumPy arrays.
 
-    ``probs`` is checked by :func:`_validate_probs`; ``labels`` becomes ``np.intp``.
+    ``probs`` is checked by :func:`validate_probs`; ``labels`` becomes ``np.intp``.
     """
-    p = _validate_probs(probs)
-    return p, _check_labels(labels, *p.shape)
+    p = validate_probs(probs)
+    return p, check_labels(labels, *p.shape)
 
 
 def _validate_top1(
@@ -254,7 +300,7 @@ def _validate_top1(
     """
     p, row_sum_tolerance = _probs_array(probs)
     predictions, confidences = _top1_scan(p, row_sum_tolerance)
-    y = _check_labels(labels, *p.shape)
+    y = check_labels(labels, *p.shape)
     return p, y, confidences, predictions == y
 
 
