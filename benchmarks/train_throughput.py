@@ -52,7 +52,8 @@ def train_images_per_s(model: str, n_train: int, epochs: int, device: str,
     from raysearch.training.run import fit
 
     data = synthetic_splits(n_train, 256)
-    cfg = RunConfig(method="ce", model=model, epochs=epochs, batch_size=batch_size, lr=0.05)
+    cfg = RunConfig(loss={"name": "ce"}, model={"name": model}, optimizer={"lr": 0.05},
+                    epochs=epochs, batch_size=batch_size)
     marks: list[float] = []
     start = time.perf_counter()
     fit(cfg, data=data, device=device, precision=precision,
@@ -65,13 +66,13 @@ def train_images_per_s(model: str, n_train: int, epochs: int, device: str,
 
 def data_share(model: str, device: str, steps: int = 30, batch_size: int = 128) -> float:
     """Share of a training step spent producing the batch (both timed with device syncs)."""
+    from raysearch.training.loop import Amp, Source
     from raysearch.training.models import build_model
-    from raysearch.training.run import _Amp, _Source
 
     dev = torch.device(device)
     data = synthetic_splits(batch_size * steps, 16)
-    source = _Source(data.train, dev)
-    amp = _Amp(dev, "auto")
+    source = Source(data.train, dev)
+    amp = Amp(dev, "auto")
     net = build_model(model, num_classes=10, input_shape=(3, 32, 32)).to(dev)
     if amp.channels_last:
         net.to(memory_format=torch.channels_last)

@@ -28,7 +28,8 @@ def _weights(tmp_path, num_classes: int):
 
 def test_frozen_backbone_keeps_the_pretrained_weights_and_trains_the_head(tmp_path):
     path, state = _weights(tmp_path, 5)  # 5 classes: digits has 10, so the head is replaced
-    cfg = RunConfig(epochs=1, pretrained=str(path), freeze_backbone_epochs=1, lr=0.05)
+    cfg = RunConfig(model={"pretrained": str(path), "freeze_backbone_epochs": 1},
+                    optimizer={"lr": 0.05}, epochs=1)
     result = fit(cfg)
     trained = result.model.state_dict()
     head = set(head_parameter_names(result.model))
@@ -43,11 +44,12 @@ def test_frozen_backbone_keeps_the_pretrained_weights_and_trains_the_head(tmp_pa
 
 def test_the_backbone_trains_after_the_frozen_epochs_and_head_lr_applies(tmp_path):
     path, state = _weights(tmp_path, 10)
-    frozen_then_free = fit(RunConfig(epochs=2, pretrained=str(path), freeze_backbone_epochs=1))
+    frozen_then_free = fit(RunConfig(model={"pretrained": str(path), "freeze_backbone_epochs": 1},
+                                     epochs=2))
     conv = next(n for n, v in state.items() if v.ndim == 4)
     assert not torch.equal(frozen_then_free.model.state_dict()[conv], state[conv])
     # a head learning rate of ~0 leaves the pretrained head where it was
-    still = fit(RunConfig(epochs=1, pretrained=str(path), head_lr=1e-12))
+    still = fit(RunConfig(model={"pretrained": str(path), "head_lr": 1e-12}, epochs=1))
     head = head_parameter_names(still.model)
     for name in head:
         assert torch.allclose(still.model.state_dict()[name], state[name], atol=1e-9)
@@ -56,11 +58,11 @@ def test_the_backbone_trains_after_the_frozen_epochs_and_head_lr_applies(tmp_pat
 
 def test_pretrained_config_errors():
     with pytest.raises(ValueError, match="head_lr"):
-        RunConfig(head_lr=0.0)
+        RunConfig(model={"head_lr": 0.0})
     with pytest.raises(ValueError, match="freeze_backbone_epochs"):
-        RunConfig(freeze_backbone_epochs=-1)
+        RunConfig(model={"freeze_backbone_epochs": -1})
     with pytest.raises(ValueError, match="not both"):
-        RunConfig(pretrained="a.pt", pretrained_backbone="b.pt")
+        RunConfig(model={"pretrained": "a.pt", "params": {"pretrained_backbone": "b.pt"}})
 
 
 @pytest.mark.integration
@@ -101,7 +103,7 @@ def test_bad_weights_fail_in_one_line(tmp_path, sqlite_uri):
 
 def test_adam_optimizer_as_mbls_trains_20_newsgroups():
     states = []
-    result = fit(RunConfig(epochs=1, optimizer="adam", lr=1e-3, weight_decay=0.0),
+    result = fit(RunConfig(optimizer={"name": "adam", "lr": 1e-3, "weight_decay": 0.0}, epochs=1),
                  on_epoch=lambda epoch, metrics, state: states.append(state))
     group = states[0]["optimizer"]["param_groups"][0]
     assert group["betas"] == (0.9, 0.999)
@@ -109,4 +111,4 @@ def test_adam_optimizer_as_mbls_trains_20_newsgroups():
     assert 0.0 <= result.metrics["val_ece"] <= 1.0
     # any torch.optim class works by name; a misspelt one is a one-line error with a suggestion
     with pytest.raises(ValueError, match="Unknown optimizer 'rmsprp' \\(did you mean rmsprop"):
-        fit(RunConfig(epochs=1, optimizer="rmsprp"))
+        fit(RunConfig(optimizer={"name": "rmsprp"}, epochs=1))

@@ -38,14 +38,16 @@ from raysearch.training.dense import evaluate_dense
 from raysearch.training.loop import Amp, Source
 from raysearch.training.models import build_model
 from raysearch.training.models.pretrained import load_pretrained
-from raysearch.training.run import _forward, fit
+from raysearch.training.passes import train_forward
+from raysearch.training.run import fit
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 IGNORE = 255
 DIGITS_SHAPE = (1, 8, 8)
-RUN = {"method": "ce", "model": "cnn", "epochs": 2, "seed": 0, "batch_size": 64}
+RUN = {"loss": {"name": "ce"}, "model": {"name": "cnn"}, "epochs": 2, "seed": 0,
+       "batch_size": 64}
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +86,7 @@ def split_metrics(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, float
 
 def test_bf16_and_fp32_training_forward_give_the_same_metrics(digits):
     # a trained model (confident logits, so a rounding of bf16 rarely moves an argmax) and
-    # the validation split through the loop's training forward (_forward: autocast, then
+    # the validation split through the loop's training forward (train_forward: autocast, then
     # float32 logits), in eval mode so both passes see the same layers
     cfg = RunConfig(**{**RUN, "epochs": 5})
     model = fit(cfg, data=digits, device="cuda", precision="fp32").model.eval()
@@ -92,8 +94,8 @@ def test_bf16_and_fp32_training_forward_give_the_same_metrics(digits):
     x, y = x.cuda(), y.cuda()
     device = torch.device("cuda")
     with torch.no_grad(), no_tf32():
-        low = _forward(model, x, Amp(device, "bf16"))
-        full = _forward(model, x, Amp(device, "fp32"))
+        low = train_forward(model, x, Amp(device, "bf16"))
+        full = train_forward(model, x, Amp(device, "fp32"))
     assert low.dtype == full.dtype == torch.float32  # the loss always sees float32 logits
     assert not torch.equal(low, full)  # bf16 really rounded something
     a, b = split_metrics(low, y), split_metrics(full, y)
@@ -177,7 +179,7 @@ def _recorder_class():
 
 def _recording_fit(digits, precision: str):
     label = "raysearch_test_gpu:recorder"
-    cfg = RunConfig(**{**RUN, "epochs": 1, "model": label})
+    cfg = RunConfig(**{**RUN, "epochs": 1, "model": {"name": label}})
     result = fit(cfg, data=digits, device="cuda", precision=precision,
                  components={"models": {label: _recorder_class()}})
     return result, result.model.seen
@@ -405,8 +407,9 @@ def test_run_config_pretrained_path_on_cuda(digits, tmp_path):
     source = seeded_cnn(seed=0)
     path = tmp_path / "cnn.pt"
     torch.save({"state_dict": source.state_dict()}, path)
-    cfg = RunConfig(**{**RUN, "epochs": 1, "seed": 5, "lr": 1e-9, "weight_decay": 0.0,
-                       "pretrained": str(path)})
+    cfg = RunConfig(**{**RUN, "epochs": 1, "seed": 5,
+                       "optimizer": {"lr": 1e-9, "weight_decay": 0.0},
+                       "model": {"name": "cnn", "pretrained": str(path)}})
     result = fit(cfg, data=digits, device="cuda", precision="fp32")
     with torch.inference_mode():
         expected = source(digits.val.tensors[0]).numpy()

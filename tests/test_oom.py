@@ -54,7 +54,7 @@ def digits() -> DatasetSplits:
 
 
 def _fit_limited(digits: DatasetSplits, **params) -> OutOfMemoryRunError:
-    cfg = RunConfig(method="ce", model={"name": "limited", "params": params}, epochs=2,
+    cfg = RunConfig(loss={"name": "ce"}, model={"name": "limited", "params": params}, epochs=2,
                     batch_size=64, seed=0)
     with pytest.raises(OutOfMemoryRunError) as info:
         fit(cfg, data=digits, components={"models": {"limited": _model_class()}})
@@ -80,9 +80,9 @@ def test_the_batch_and_the_run_are_dropped(digits):
     while tb is not None:
         frames[tb.tb_frame.f_code.co_name] = tb.tb_frame
         tb = tb.tb_next
-    assert {"fit", "_epochs", "_train_pass", "forward"} <= set(frames)
+    assert {"fit", "_epochs", "train_pass", "forward"} <= set(frames)
     assert frames["forward"].f_locals == {}  # the batch x and the model are released
-    assert frames["_train_pass"].f_locals == {}
+    assert frames["train_pass"].f_locals == {}
     assert "run" not in frames["fit"].f_locals  # the model, optimiser and data on the device
 
 

@@ -9,7 +9,8 @@ from raysearch.config import RunConfig
 from raysearch.tracking import run_params
 from raysearch.training.data import load_dataset
 from raysearch.training.data.ricap import ricap, ricap_patches
-from raysearch.training.run import _make_mixer, fit
+from raysearch.training.mixing import make_mixer
+from raysearch.training.run import fit
 from raysearch.tune.spaces import load_space
 
 N, K, H, W = 6, 4, 4, 5
@@ -88,9 +89,9 @@ def test_bad_input():
 
 
 def test_mixer_gives_patch_weights_and_labels():
-    assert _make_mixer(RunConfig(), K) is None
+    assert make_mixer(RunConfig(), K) is None
     torch.manual_seed(0)
-    mixed, weights, patch_labels = _make_mixer(RunConfig(ricap_beta=0.3), K)(_images(), LABELS)
+    mixed, weights, patch_labels = make_mixer(RunConfig(ricap_beta=0.3), K)(_images(), LABELS)
     assert mixed.shape == (N, 1, H, W)
     assert patch_labels.shape == (4, N)
     assert weights.sum().item() == pytest.approx(1.0)

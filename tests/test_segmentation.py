@@ -60,9 +60,11 @@ def test_fit_deeplabv3_on_a_voc_tree(tmp_path):
     from raysearch.training.run import fit
 
     data_dir = write_voc(tmp_path)
-    cfg = RunConfig(method="mbls", loss_params={"margin": 10.0, "alpha": 0.1}, dataset="voc",
-                    data_dir=str(data_dir), model="deeplabv3_resnet50", epochs=2, batch_size=4,
-                    lr=0.01, crop_size=CROP, val_fraction=0.25)
+    cfg = RunConfig(loss={"name": "mbls", "params": {"margin": 10.0, "alpha": 0.1}},
+                    model={"name": "deeplabv3_resnet50"},
+                    data={"name": "voc", "dir": str(data_dir), "params": {"crop_size": CROP},
+                          "val_fraction": 0.25},
+                    optimizer={"lr": 0.01}, epochs=2, batch_size=4)
     result = fit(cfg)
     m = result.metrics
     assert result.task == "segmentation"

@@ -14,7 +14,7 @@ from raysearch.config import RunConfig
 from raysearch.metrics import ESTIMATOR_KEYS, TABLE_KEYS
 from raysearch.training.data import DatasetSplits, load_dataset
 from raysearch.training.run import DivergedError, TrainResult, evaluate, fit
-from raysearch.tune.trainable import load_state
+from raysearch.tune.checkpoints import load_state
 
 SUMMARY = ("accuracy", "ece", "aece", "cece", "mce", "nll", "brier")
 EPOCH_KEYS = {"train_loss", "train_accuracy"} | {f"val_{k}" for k in SUMMARY}
@@ -42,7 +42,7 @@ def digits() -> DatasetSplits:
 def three_epochs(digits):
     """A 3-epoch CE run of the default CNN, with everything on_epoch received."""
     calls = []
-    cfg = RunConfig(method="ce", model="cnn", epochs=3, seed=0)
+    cfg = RunConfig(loss={"name": "ce"}, model={"name": "cnn"}, epochs=3, seed=0)
     result = fit(cfg, data=digits, on_epoch=lambda e, m, s: calls.append((e, m, s)))
     return cfg, result, calls
 
@@ -51,7 +51,7 @@ def three_epochs(digits):
 def two_epochs(digits):
     """A straight 2-epoch run, keeping the state of epoch 1 (for determinism and resume)."""
     states = {}
-    cfg = RunConfig(method="ce", model="cnn", epochs=2, seed=0)
+    cfg = RunConfig(loss={"name": "ce"}, model={"name": "cnn"}, epochs=2, seed=0)
     result = fit(cfg, data=digits, on_epoch=lambda e, m, s: states.setdefault(e, s))
     return cfg, result, states
 
@@ -95,7 +95,7 @@ def test_epoch_states_copy_the_state_of_the_asked_epochs_only(digits, monkeypatc
     monkeypatch.setattr(run_module, "_checkpoint",
                         lambda run, epoch: copied.append(epoch) or real(run, epoch))
     asked, calls = [], []
-    cfg = RunConfig(method="ce", epochs=3, seed=0)
+    cfg = RunConfig(loss={"name": "ce"}, epochs=3, seed=0)
     result = fit(cfg, data=digits, on_epoch=lambda e, m, s: calls.append((e, m, s)),
                  epoch_states=lambda e: asked.append(e) or e == 2)
     assert asked == [1, 2, 3]  # asked after each epoch, before on_epoch
@@ -113,7 +113,7 @@ def test_cosine_schedule(three_epochs):
     cfg, _, calls = three_epochs
     for epoch, _, state in calls:
         # after epoch e the scheduler has stepped e times: lr = lr0 * (1 + cos(pi * e / E)) / 2
-        expected = cfg.lr * (1 + math.cos(math.pi * epoch / cfg.epochs)) / 2
+        expected = cfg.optimizer.lr * (1 + math.cos(math.pi * epoch / cfg.epochs)) / 2
         assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(expected, abs=1e-12)
         assert state["scheduler"]["last_epoch"] == epoch
 
@@ -213,7 +213,8 @@ def test_resume_needs_epoch(digits):
 
 
 def test_diverges_with_huge_lr(digits):
-    cfg = RunConfig(method="ce", model="cnn", epochs=2, lr=1e6, momentum=0.9)
+    cfg = RunConfig(loss={"name": "ce"}, model={"name": "cnn"},
+                    optimizer={"lr": 1e6, "params": {"momentum": 0.9}}, epochs=2)
     with pytest.raises(DivergedError, match=r"epoch 1, batch \d+"):
         fit(cfg, data=digits)
 
@@ -229,7 +230,7 @@ def test_diverged_error_names_batch(digits, monkeypatch):
             return loss * float("nan") if self.calls == 3 else loss
 
     with pytest.raises(DivergedError, match="nan at epoch 1, batch 3"):
-        fit(RunConfig(epochs=1, model="mlp"), data=digits, loss=NaNAtBatch3())
+        fit(RunConfig(model={"name": "mlp"}, epochs=1), data=digits, loss=NaNAtBatch3())
 
 
 def test_custom_data_and_mlp():
@@ -242,14 +243,14 @@ def test_custom_data_and_mlp():
 
     data = DatasetSplits(split(90), split(30), split(30), 3, (2, 4, 4), "toy")
     for model in ("mlp", "cnn"):
-        result = fit(RunConfig(epochs=2, model=model, batch_size=16), data=data)
+        result = fit(RunConfig(model={"name": model}, epochs=2, batch_size=16), data=data)
         assert result.test_logits.shape == (30, 3)
         assert set(result.metrics) == FINAL_KEYS
 
 
 def test_unknown_model(digits):
     with pytest.raises(ValueError, match="Unknown model"):
-        fit(RunConfig(model="nope", epochs=1), data=digits)
+        fit(RunConfig(model={"name": "nope"}, epochs=1), data=digits)
 
 
 @pytest.mark.gpu
@@ -281,7 +282,7 @@ class _RecordingALS(torch.nn.Module):
 
         super().__init__()
         self.inner = ObjectnessLabelSmoothing(**params)
-        self.needs_objectness = self.inner.needs_objectness
+        self.side_inputs = self.inner.side_inputs
         self.context_fraction = self.inner.context_fraction
         self.calls = []
 
@@ -295,7 +296,7 @@ def als_run(digits):
     """A 2-epoch digits run of 'als' (beta=1), recording objectness, keeping the epoch-1 state."""
     loss = _RecordingALS(beta=1.0)
     states = {}
-    cfg = RunConfig(method="als", loss_params={"beta": 1.0}, epochs=2, seed=0)
+    cfg = RunConfig(loss={"name": "als", "params": {"beta": 1.0}}, epochs=2, seed=0)
     result = fit(cfg, data=digits, on_epoch=lambda e, m, s: states.setdefault(e, s), loss=loss)
     return cfg, loss, result, states
 
@@ -330,7 +331,7 @@ def test_als_resume_is_exact(als_run, digits, monkeypatch):
 def test_als_context_samples(digits, monkeypatch):
 
     loss = _RecordingALS(beta=1.0, context_fraction=0.3)
-    fit(RunConfig(method="als", epochs=1, model="mlp"), data=digits, loss=loss)
+    fit(RunConfig(loss={"name": "als"}, model={"name": "mlp"}, epochs=1), data=digits, loss=loss)
     context = torch.cat([c for _, _, c in loss.calls])
     objectness = torch.cat([o for _, o, _ in loss.calls])
     assert 0.2 < context.float().mean().item() < 0.4
@@ -342,7 +343,7 @@ def test_als_needs_annotations(monkeypatch):
     toy = TensorDataset(torch.randn(30, 1, 4, 4), torch.arange(30) % 3)
     data = DatasetSplits(toy, toy, toy, 3, (1, 4, 4), "toy")
     with pytest.raises(ValueError, match="no object annotations"):
-        fit(RunConfig(epochs=1, model="mlp"), data=data, loss=_RecordingALS())
+        fit(RunConfig(model={"name": "mlp"}, epochs=1), data=data, loss=_RecordingALS())
 
 
 def test_checkpoint_holds_only_tensors_and_plain_containers(two_epochs, tmp_path):
@@ -384,4 +385,4 @@ def test_training_labels_are_checked_once_and_a_bad_label_still_fails(digits):
     assert not TrainFeed(bad.train, torch.device("cpu")).labels_checked(k, -100)
     # the losses check every batch again and fail in one line
     with pytest.raises(ValueError, match=rf"class indices in \[0, {k}\).*got {k}"):
-        fit(RunConfig(method="ce", model="cnn", epochs=1, seed=0), data=bad)
+        fit(RunConfig(loss={"name": "ce"}, model={"name": "cnn"}, epochs=1, seed=0), data=bad)

@@ -12,7 +12,8 @@ from raysearch.config import RunConfig
 from raysearch.losses.penalties import ConfidencePenalty
 from raysearch.metrics import ESTIMATOR_KEYS, TABLE_KEYS
 from raysearch.training.data import DatasetSplits
-from raysearch.training.run import _interleave_split, fit
+from raysearch.training.interleaving import interleave_split
+from raysearch.training.run import fit
 
 SUMMARY = ("accuracy", "ece", "aece", "cece", "mce", "nll", "brier")
 FINAL_KEYS = {"train_loss", "train_accuracy"} | {
@@ -71,10 +72,10 @@ def _toy(n_train=90):
 
 
 def _cfg(fraction=0.2, **kwargs):
-    kwargs = {"epochs": 2, "model": "mlp", "batch_size": 16, **kwargs}
+    """An interleaved run of the mlp; `kwargs` are sections or run fields."""
+    kwargs = {"epochs": 2, "model": {"name": "mlp"}, "batch_size": 16, **kwargs}
     cfg = RunConfig(**kwargs)
-    # the lead adds these RunConfig fields; until then fit reads them with getattr
-    cfg.interleaved = True
+    cfg.interleaved = True  # assignments are checked as the constructor checks
     cfg.interleave_fraction = fraction
     return cfg
 
@@ -127,8 +128,9 @@ def test_resume_is_exact(stand_in):
 
 def test_interleaved_false_is_the_plain_loop():
     data = _toy()
-    plain = fit(RunConfig(epochs=1, model="mlp", batch_size=16, method="ce"), data=data)
-    cfg = RunConfig(epochs=1, model="mlp", batch_size=16, method="ce")
+    plain = fit(RunConfig(loss={"name": "ce"}, model={"name": "mlp"}, epochs=1, batch_size=16),
+                data=data)
+    cfg = RunConfig(loss={"name": "ce"}, model={"name": "mlp"}, epochs=1, batch_size=16)
     cfg.interleaved = False  # explicit False is the plain loop
     assert_same_metrics(fit(cfg, data=data).metrics, plain.metrics)
 
@@ -142,7 +144,7 @@ def test_secondary_step_is_beta_weighted(monkeypatch):
             return {**parts, "secondary": 1 - 3 * dict.__getitem__(parts, "secondary")}
 
     def run(loss):
-        return fit(_cfg(epochs=1, momentum=0.0, weight_decay=0.0), data=_toy(), loss=loss).metrics
+        return fit(_cfg(epochs=1, optimizer={"weight_decay": 0.0, "params": {"momentum": 0.0}}), data=_toy(), loss=loss).metrics
 
     zero, zero_opposite = run(PrimarySecondary(beta=0.0)), run(Opposite(beta=0.0))
     assert {k: v for k, v in zero.items() if k != "train_loss"} == {
@@ -153,27 +155,27 @@ def test_secondary_step_is_beta_weighted(monkeypatch):
 
 def test_split_is_stratified_seeded_and_disjoint():
     labels = np.repeat(np.arange(4), 25)  # 100 samples, 25 per class
-    majority, held_out = _interleave_split(labels, 0.2, seed=3)
+    majority, held_out = interleave_split(labels, 0.2, seed=3)
     assert len(held_out) == 20
     assert len(majority) == 80
     assert set(majority.tolist()).isdisjoint(held_out.tolist())
     assert sorted(majority.tolist() + held_out.tolist()) == list(range(100))
     assert np.bincount(labels[held_out.numpy()]).tolist() == [5, 5, 5, 5]
-    again, _ = _interleave_split(labels, 0.2, seed=3)
+    again, _ = interleave_split(labels, 0.2, seed=3)
     assert torch.equal(again, majority)
-    other, _ = _interleave_split(labels, 0.2, seed=4)
+    other, _ = interleave_split(labels, 0.2, seed=4)
     assert not torch.equal(other, majority)
 
 
 def test_split_too_small():
     with pytest.raises(ValueError, match="interleave_fraction"):
-        _interleave_split(np.array([0, 0, 1, 1, 2, 2]), 0.2, seed=0)
+        interleave_split(np.array([0, 0, 1, 1, 2, 2]), 0.2, seed=0)
 
 
 def test_needs_primary_and_secondary():
     data = _toy()
     with pytest.raises(ValueError, match=r"interleaved training needs a primary \+ secondary"):
-        fit(_cfg(method="ce"), data=data)
+        fit(_cfg(loss={"name": "ce"}), data=data)
 
 
 def test_terms_without_primary_and_secondary(monkeypatch):

@@ -13,7 +13,10 @@ from torchvision.transforms import v2
 
 from raysearch.config import RunConfig
 from raysearch.training.data import load_dataset
-from raysearch.training.run import DivergedError, _Guard, _make_mixer, fit, lr_factor
+from raysearch.training.divergence import Guard
+from raysearch.training.mixing import make_mixer
+from raysearch.training.run import DivergedError, fit
+from raysearch.training.run_weights import lr_factor
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +25,7 @@ def digits():
 
 
 def test_cosine_with_warmup_factors():
-    cfg = RunConfig(epochs=10, warmup_epochs=2)
+    cfg = RunConfig(schedule={"warmup_epochs": 2}, epochs=10)
     f = lr_factor(cfg)
     # warm-up: epoch 1 trains at 0.1 of the cosine value (1 at i=0), epoch 2 at 0.1 + 0.9 * 1/2
     assert f(0) == pytest.approx(0.1)
@@ -34,16 +37,16 @@ def test_cosine_with_warmup_factors():
 
 
 def test_multistep_factors():
-    cfg = RunConfig(epochs=6, schedule="multistep", milestones="3,5", lr_decay=0.1)
+    cfg = RunConfig(schedule={"name": "multistep", "milestones": "3,5", "lr_decay": 0.1}, epochs=6)
     f = lr_factor(cfg)
     # MultiStepLR semantics: after 3 scheduler steps (epochs 1-3) the lr is decayed once
     assert [f(i) for i in range(6)] == pytest.approx([1, 1, 1, 0.1, 0.1, 0.01])
-    assert [lr_factor(RunConfig(schedule="constant"))(i) for i in range(3)] == [1, 1, 1]
+    assert [lr_factor(RunConfig(schedule={"name": "constant"}))(i) for i in range(3)] == [1, 1, 1]
 
 
 def test_schedule_reaches_the_optimizer(digits):
-    cfg = RunConfig(epochs=3, schedule="multistep", milestones="1,2", lr_decay=0.5,
-                    lr=0.04, nesterov=True)
+    cfg = RunConfig(optimizer={"lr": 0.04, "params": {"nesterov": True}},
+                    schedule={"name": "multistep", "milestones": "1,2", "lr_decay": 0.5}, epochs=3)
     lrs = []
     fit(cfg, data=digits, on_epoch=lambda e, m, s: lrs.append(
         (s["optimizer"]["param_groups"][0]["lr"], s["optimizer"]["param_groups"][0]["nesterov"])))
@@ -54,18 +57,18 @@ def test_schedule_reaches_the_optimizer(digits):
 
 def test_config_rejects_bad_schedule():
     with pytest.raises(ValueError, match="milestones"):
-        RunConfig(schedule="multistep")
+        RunConfig(schedule={"name": "multistep"})
     with pytest.raises(ValueError, match="increasing"):
-        RunConfig(schedule="multistep", milestones="5,3")
+        RunConfig(schedule={"name": "multistep", "milestones": "5,3"})
     with pytest.raises(ValueError, match="schedule"):
-        RunConfig(schedule="step")
+        RunConfig(schedule={"name": "step"})
     with pytest.raises(ValueError, match="lr_decay"):
-        RunConfig(lr_decay=0.0)
+        RunConfig(schedule={"lr_decay": 0.0})
     with pytest.raises(ValueError, match="nesterov"):
-        RunConfig(nesterov=True, momentum=0.0)
+        RunConfig(optimizer={"params": {"nesterov": True, "momentum": 0.0}})
     with pytest.raises(ValueError, match="mixup_alpha"):
         RunConfig(mixup_alpha=-0.1)
-    assert RunConfig(milestones=[150, 250]).milestones == "150,250"
+    assert RunConfig(schedule={"milestones": [150, 250]}).schedule.milestones == "150,250"
 
 
 @pytest.mark.parametrize(("mixup", "cutmix"), [(0.4, 0.0), (0.0, 1.0)])
@@ -78,7 +81,7 @@ def test_mixer_recovers_torchvision_soft_labels(mixup, cutmix):
     torch.manual_seed(3)
     expected_x, soft = transform(x, y)
     torch.manual_seed(3)
-    mixed, lam, partner = _make_mixer(RunConfig(mixup_alpha=mixup, cutmix_alpha=cutmix), k)(x, y)
+    mixed, lam, partner = make_mixer(RunConfig(mixup_alpha=mixup, cutmix_alpha=cutmix), k)(x, y)
     assert torch.equal(mixed, expected_x)
     rebuilt = lam * torch.eye(k)[y] + (1 - lam) * torch.eye(k)[partner]
     torch.testing.assert_close(rebuilt, soft)
@@ -90,21 +93,21 @@ def test_mixer_recovers_torchvision_soft_labels(mixup, cutmix):
 
 
 def test_no_mixer_by_default():
-    assert _make_mixer(RunConfig(), 10) is None
+    assert make_mixer(RunConfig(), 10) is None
 
 
 def test_mixup_cutmix_train_and_reject_interleaving(digits):
-    cfg = RunConfig(method="acls", epochs=1, mixup_alpha=0.2, cutmix_alpha=1.0)
+    cfg = RunConfig(loss={"name": "acls"}, epochs=1, mixup_alpha=0.2, cutmix_alpha=1.0)
     result = fit(cfg, data=digits)
     assert math.isfinite(result.metrics["train_loss"])
     assert 0 <= result.metrics["val_accuracy"] <= 1
-    bad = RunConfig(method="sbece", epochs=1, mixup_alpha=0.2, interleaved=True)
+    bad = RunConfig(loss={"name": "sbece"}, epochs=1, mixup_alpha=0.2, interleaved=True)
     with pytest.raises(ValueError, match="MixUp/CutMix"):
         fit(bad, data=digits)
 
 
 def test_bf16_autocast_on_cpu_keeps_float32_outputs(digits):
-    cfg = RunConfig(method="mbls", epochs=1)
+    cfg = RunConfig(loss={"name": "mbls"}, epochs=1)
     fp32 = fit(cfg, data=digits, precision="fp32")
     bf16 = fit(cfg, data=digits, precision="bf16")
     # validation/test logits are computed in float32 whatever the training precision
@@ -128,7 +131,7 @@ def test_deferred_divergence_check_names_the_first_bad_batch():
     # the CUDA path keeps the check on the device; here its logic runs on CPU tensors
     weight = torch.nn.Parameter(torch.ones(()))
     opt = torch.optim.SGD([weight], lr=0.1)
-    guard = _Guard(torch.device("cpu"), opt, epoch=4)
+    guard = Guard(torch.device("cpu"), opt, epoch=4)
     guard.deferred = True
     for batch, value in enumerate([1.0, float("nan"), float("inf"), 2.0], start=1):
         guard.step(weight * value, batch)  # no raise while deferred (batch % 50 != 0)
@@ -146,7 +149,7 @@ def test_image_files_train_through_dataloader_workers(tmp_path):
     write_image_tree(tmp_path / "tree", per_class=12)
     data = load_imagefolder(seed=0, data_dir=tmp_path / "tree", image_size=16)
     assert isinstance(data.train, ImageFileDataset)
-    cfg = RunConfig(model="resnet20", epochs=1, batch_size=8)
+    cfg = RunConfig(model={"name": "resnet20"}, epochs=1, batch_size=8)
     result = fit(cfg, data=data, num_workers=1)
     # validation and test come back in dataset order with their labels
     assert result.val_logits.shape == (len(data.val), 3)
@@ -164,8 +167,8 @@ def test_in_memory_images_train_with_augmentation_reproducibly(tmp_path):
     data = load_dataset("cifar10", data_dir=tmp_path, seed=0)
     assert isinstance(data.train, ImageTensorDataset)
     assert data.train.augment is not None
-    cfg = RunConfig(dataset="cifar10", data_dir=str(tmp_path), model="resnet20", epochs=2,
-                    batch_size=16)
+    cfg = RunConfig(model={"name": "resnet20"}, data={"name": "cifar10", "dir": str(tmp_path)},
+                    epochs=2, batch_size=16)
     first = fit(cfg, data=data)
     second = fit(cfg)  # loads the folder itself; same seed: same crops, flips and batches
     assert_same_metrics(first.metrics, second.metrics)

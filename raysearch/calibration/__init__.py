@@ -26,7 +26,7 @@ A new calibrator is a class in its family file plus one line in ``_CALIBRATORS``
 :mod:`raysearch.metrics` and :mod:`raysearch.losses` (the objectives' soft-binned ECE); no Ray,
 MLflow or Optuna. :mod:`~raysearch.calibration.posthoc` fits and evaluates calibrators on a
 run's held-out logits, :mod:`~raysearch.calibration.reproduce` puts the papers' published
-numbers beside ours.
+numbers (:mod:`~raysearch.calibration.published`, read from a data file) beside ours.
 """
 
 import inspect

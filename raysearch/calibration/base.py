@@ -23,11 +23,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 # The validation and softmax helpers live in the leaf module ``_checks`` (imported by
-# ``objectives`` too, which ``Calibrator`` imports); they stay importable from here.
+# ``objectives`` too, which ``Calibrator`` imports); the softmaxes are part of this module's API.
 from raysearch.calibration._checks import log_softmax, softmax, validate_choice
-from raysearch.calibration._checks import validate_int as validate_int
-from raysearch.calibration._checks import validate_number as validate_number
-from raysearch.metrics._checks import _check_labels, _check_row_sums, _to_numpy
+from raysearch.metrics.checks import check_labels, check_row_sums, to_numpy
 
 __all__ = [
     "INPUTS",
@@ -61,7 +59,7 @@ def _check_scores(values: Any, inputs: str, name: str) -> np.ndarray:
         ValueError: if not 2-D, empty, K < 2, not finite; for ``inputs="probs"`` if outside
             [0, 1] (tolerance 1e-6) or rows not summing to 1 (tolerance 1e-3).
     """
-    array = _to_numpy(values)
+    array = to_numpy(values)
     if array.dtype == np.bool_ or not (
         np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)
     ):
@@ -86,7 +84,7 @@ def _check_scores(values: Any, inputs: str, name: str) -> np.ndarray:
             f"`{name}` with inputs='probs' must lie in [0, 1], got values in "
             f"[{low:.6g}, {high:.6g}]; pass inputs='logits' for logits"
         )
-    _check_row_sums(z.sum(axis=1), _ROW_SUM_TOLERANCE, f"`{name}` with inputs='probs'")
+    check_row_sums(z.sum(axis=1), _ROW_SUM_TOLERANCE, f"`{name}` with inputs='probs'")
     np.maximum(z, PROB_FLOOR, out=z)
     np.log(z, out=z)
     return z
@@ -225,7 +223,7 @@ class Calibrator:
     def _prepare_fit(self, logits: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
         """Validate and convert a calibration set; marks the calibrator unfitted until done."""
         z = _check_scores(logits, self.inputs, "logits")
-        y = _check_labels(labels, z.shape[0], z.shape[1], "logits")
+        y = check_labels(labels, z.shape[0], z.shape[1], "logits")
         self.n_classes_ = None
         return z, y
 

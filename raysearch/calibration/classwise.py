@@ -75,13 +75,8 @@ from typing import Any
 import numpy as np
 from scipy import optimize
 
-from raysearch.calibration.base import (
-    Calibrator,
-    check_all_classes_present,
-    validate_choice,
-    validate_int,
-    validate_number,
-)
+from raysearch.calibration._checks import validate_choice, validate_int, validate_number
+from raysearch.calibration.base import Calibrator, check_all_classes_present
 
 __all__ = [
     "ALPHA_START",

@@ -51,14 +51,10 @@ import torch
 from scipy import optimize
 
 from raysearch.calibration._autograd import value_and_grad
-from raysearch.calibration.base import (
-    Calibrator,
-    log_softmax,
-    validate_int,
-    validate_number,
-)
+from raysearch.calibration._checks import log_softmax, validate_int, validate_number
+from raysearch.calibration.base import Calibrator
 from raysearch.calibration.objectives import CalibrationObjective
-from raysearch.calibration.temperature import _first_step
+from raysearch.calibration.temperature_fit import first_step
 
 __all__ = ["DirichletCalibration", "odir_penalty"]
 
@@ -289,7 +285,7 @@ class DirichletCalibration(Calibrator):
         ones, zeros = np.ones(k), np.zeros(k)
         theta = np.concatenate([self._weights.ravel(), self._intercept])
         grad = self._value_and_grad(theta, x, y, class_coef, zeros, ones)[1]
-        theta = _first_step(theta, grad)
+        theta = first_step(theta, grad)
         self._weights = theta[: k * k].reshape(k, k).copy()
         self._intercept = theta[k * k :].copy()
 

@@ -16,7 +16,7 @@ one-hot :math:`Y`, K classes.
 * ``sbece`` (``n_bins=15``, ``sb_temperature=0.01``, ``p=2``, ``binning="bin"``): the
   soft-binned ECE of the top-1 confidence (Karandikar et al., "Soft Calibration Objectives for
   Neural Networks", NeurIPS 2021, arXiv:2108.00106, Eq. 11 ``"bin"`` and Eq. 12 ``"lb"``),
-  computed by :func:`raysearch.losses.soft_calibration.soft_binned_ece` (torch, gradients) and a
+  computed by :func:`raysearch.losses.soft_binning.soft_binned_ece` (torch, gradients) and a
   NumPy twin for values. Not a per-sample loss; TS fits it by a derivative-free search,
   CTS/ETS/PTS by autograd.
 * ``hbece`` (``n_bins=15``, ``binning="equal_mass"``, ``norm="l2"``): the hard-binned ECE of
@@ -56,10 +56,11 @@ from raysearch.calibration._checks import (
     validate_int,
     validate_number,
 )
-from raysearch.losses.soft_calibration import soft_binned_ece
+from raysearch.calibration.sbece import grouped_sbece, per_class_sbece
+from raysearch.losses.soft_binning import soft_binned_ece
 from raysearch.metrics import BINNINGS as HB_BINNINGS
 from raysearch.metrics import NORMS as HB_NORMS
-from raysearch.metrics import _ece as _metrics_ece
+from raysearch.metrics.binning import binned_ece
 
 __all__ = [
     "OBJECTIVES",
@@ -76,8 +77,6 @@ __all__ = [
 
 #: Floor on probabilities before a logarithm or a division.
 _TINY = 1e-300
-#: Soft-bin mass below which a bin counts as empty (as in raysearch.losses.soft_calibration).
-_EMPTY_BIN = 1e-12
 #: Binnings of SB-ECE: Eq. 11 (``"bin"``) and Eq. 12 (``"lb"``, label-binned).
 SB_BINNINGS = ("bin", "lb")
 
@@ -303,73 +302,6 @@ class MeanSquaredError(_PerSampleObjective):
         return (p * p).sum(dim=1) - 2.0 * p_true + 1.0
 
 
-def _sbece_centers(n_bins: int) -> np.ndarray:
-    return (np.arange(n_bins, dtype=np.float64) + 0.5) / n_bins
-
-
-def _grouped_sbece_numpy(
-    confidences: np.ndarray,
-    correct: np.ndarray,
-    groups: np.ndarray,
-    n_groups: int,
-    n_bins: int,
-    temperature: float,
-    p: float,
-    binning: str,
-) -> np.ndarray:
-    """SB-ECE of every group of samples at once in NumPy, (G,) (0 for empty groups).
-
-    A value-only twin of :func:`raysearch.losses.soft_calibration.soft_binned_ece` (the tests
-    check that they agree): the derivative-free TS search evaluates SB-ECE ~80 times, and
-    per-class values for the class-wise scaling come out in one vectorised pass instead of K
-    small torch calls (which crawl on a busy two-core machine).
-    """
-    c = confidences
-    a = correct.astype(np.float64)
-    scores = -((c[:, None] - _sbece_centers(n_bins)[None, :]) ** 2) / temperature
-    scores -= scores.max(axis=1, keepdims=True)
-    u = np.exp(scores)
-    u /= u.sum(axis=1, keepdims=True)  # (N, M) soft memberships
-    slots = (groups[:, None] * n_bins + np.arange(n_bins)[None, :]).ravel()
-    size = n_groups * n_bins
-
-    def group_sum(values: np.ndarray) -> np.ndarray:
-        total = np.bincount(slots, weights=values.ravel(), minlength=size)
-        return total.reshape(n_groups, n_bins)
-
-    sizes = group_sum(u)
-    filled = sizes > _EMPTY_BIN  # as soft_binned_ece: a near-empty bin contributes 0
-    safe = np.where(filled, sizes, 1.0)
-    counts = np.maximum(np.bincount(groups, minlength=n_groups), 1)
-    if binning == "bin":
-        gaps = group_sum(u * (a - c)[:, None])  # S_j (A_j - C_j)
-        terms = np.where(filled, safe * (np.abs(gaps) / safe) ** p, 0.0)
-        total = terms.sum(axis=1) / counts
-    else:
-        acc_bins = np.where(filled, group_sum(u * a[:, None]) / safe, 0.0)
-        per_sample = (u * np.abs(acc_bins[groups] - c[:, None]) ** p).sum(axis=1)
-        total = np.bincount(groups, weights=per_sample, minlength=n_groups) / counts
-    return np.maximum(total, 0.0) ** (1.0 / p)
-
-
-def _per_class_sbece_torch(
-    confidences: torch.Tensor,
-    correct: torch.Tensor,
-    labels: torch.Tensor,
-    n_classes: int,
-    settings: tuple[int, float, float, str],
-) -> torch.Tensor:
-    """SB-ECE of each class's samples (:func:`soft_binned_ece`), (K,), 0 for empty classes."""
-    values = []
-    for k in range(n_classes):
-        mask = labels == k
-        if bool(mask.any()):
-            values.append(soft_binned_ece(confidences[mask], correct[mask], *settings))
-        else:
-            values.append(confidences.new_zeros(()))
-    return torch.stack(values)
-
-
 class _Top1CalibrationError(CalibrationObjective):
     """An ECE of the top-1 confidences and hits; values in NumPy (per class with coefficients).
 
@@ -458,10 +390,10 @@ class SoftBinnedECE(_Top1CalibrationError):
 
     def _overall(self, confidences, correct):
         groups = np.zeros(confidences.shape[0], dtype=np.intp)
-        return float(_grouped_sbece_numpy(confidences, correct, groups, 1, *self._settings())[0])
+        return float(grouped_sbece(confidences, correct, groups, 1, *self._settings())[0])
 
     def _grouped(self, confidences, correct, labels, n_classes):
-        losses = _grouped_sbece_numpy(confidences, correct, labels, n_classes, *self._settings())
+        losses = grouped_sbece(confidences, correct, labels, n_classes, *self._settings())
         losses[_class_counts(labels, n_classes) == 0] = np.nan
         return losses
 
@@ -474,7 +406,7 @@ class SoftBinnedECE(_Top1CalibrationError):
 
     def torch_class_losses(self, log_p, labels, n_classes):  # noqa: D102
         conf, hits = self._top1(log_p, labels)
-        return _per_class_sbece_torch(conf, hits, labels, n_classes, self._settings())
+        return per_class_sbece(conf, hits, labels, n_classes, self._settings())
 
     def torch_value(self, log_p, labels, class_coef=None):  # noqa: D102
         if class_coef is None:
@@ -522,7 +454,7 @@ class HardBinnedECE(_Top1CalibrationError):
         return {"n_bins": self.n_bins, "binning": self.binning, "norm": self.norm}
 
     def _overall(self, confidences, correct):
-        return _metrics_ece(confidences, correct, self.n_bins, self.binning, self.norm)
+        return binned_ece(confidences, correct, self.n_bins, self.binning, self.norm)
 
     def _grouped(self, confidences, correct, labels, n_classes):
         out = np.full(n_classes, np.nan)

@@ -51,7 +51,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from raysearch.calibration.base import Calibrator, validate_int, validate_number
+from raysearch.calibration._checks import validate_int, validate_number
+from raysearch.calibration.base import Calibrator
 from raysearch.calibration.objectives import CalibrationObjective
 from raysearch.calibration.temperature import TemperatureScaling
 
@@ -332,13 +333,14 @@ class SCTLParameterizedTemperatureScaling(ParameterizedTemperatureScaling):
     only change where some :math:`T_n < 0`). Not invariant to a per-row shift of the logits
     (the MLP sees raw logits), so ``inputs="probs"`` differs from the network's logits.
 
+    The arguments ``inputs``, ``top_k``, ``n_layers``, ``n_nodes``, ``steps``, ``lr``,
+    ``weight_decay`` and ``seed`` are those of :class:`ParameterizedTemperatureScaling`
+    (``n_layers`` counts ReLU layers), with the released defaults ``"logits"``, ``10``, ``4``,
+    ``2``, ``1000``, ``0.02``, ``0.0`` and ``1``.
+
     Args:
         objective (CalibrationObjective): the training objective (default ``nll``, the
             released code's ``nn.CrossEntropyLoss``).
-        inputs, top_k, n_layers, n_nodes, steps, lr, weight_decay, seed: as
-            :class:`ParameterizedTemperatureScaling` (``n_layers`` counts ReLU layers), with
-            the released defaults ``"logits"``, ``10``, ``4``, ``2``, ``1000``, ``0.02``,
-            ``0.0`` and ``1``.
 
     Shape:
         as :class:`ParameterizedTemperatureScaling`.

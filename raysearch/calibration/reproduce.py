@@ -1,16 +1,10 @@
-r"""Reproduction report: our numbers beside the papers' published ones, on real network outputs.
+"""Reproduction report: our numbers beside the papers' published ones, on real network outputs.
 
 Some papers we implement published calibration numbers on network outputs that their authors
 released. Where such outputs are at hand, :func:`reproduce` refits our calibrators on them with
-the settings the paper used and compares. :data:`PUBLISHED` lists every published number we
-check: the paper and table, the released output file it belongs to, the call that gives our
-number, and its kind:
-
-* ``"default"``: the call uses only our defaults (the method as the paper ran it);
-* ``"explicit"``: the paper's row ran a different implementation than our method of that name
-  (e.g. its own re-implementation of a baseline); a named setting reproduces it;
-* ``"info"``: shown for comparison, not expected to match (the note says why). The
-  ``Average`` rows of a table are ``info`` rows too: ours is the mean of our four rows above.
+the settings the paper used and compares, row by row of
+:data:`~raysearch.calibration.published.PUBLISHED` (the published numbers, their calls and
+kinds: :mod:`raysearch.calibration.published`).
 
 A ``default`` or ``explicit`` row that misses its published ECE by more than ``tolerance`` (0.3
 ECE points unless told otherwise), or fails to compute, fails the report: ``raysearch reproduce
@@ -21,38 +15,6 @@ name that is no released output file of :data:`PUBLISHED`, a pickle read without
 ``allow_pickle``, an unreadable file, arrays of the wrong layout or number of classes, or a
 second copy of outputs already read. File names are matched case-insensitively.
 
-Published numbers checked (ECE in %, 15 equal-width bins, calibrator fitted on the released
-validation logits and measured on the released test logits):
-
-* Jung et al., "Scaling of Class-wise Training Losses for Post-hoc Calibration", ICML 2023,
-  Table 2 (CIFAR-10-LT and CIFAR-100-LT): DenseNet-40, WideResNet-28, ResNet-110 and
-  ResNet-110-SD trained on long-tailed CIFAR (App. C, Eq. 16: :math:`\#D_i = \#D_0
-  \rho^{i/(c-1)}` with :math:`\#D_0` = 5,000 (CIFAR-10) or 500 (CIFAR-100) and :math:`\rho`
-  = 0.1, i.e. an imbalance ratio :math:`\#D_0 / \#D_{c-1}` of 10: the only value giving the
-  paper's 20,431 and 19,573 images). Those images are split about 50/50 into the network's
-  training set and the validation set the calibrators are fitted on ("10215/10216/10000 for
-  CIFAR10-LT and 9786/9787/10000 for CIFAR100-LT", Sec. 5.1), still long-tailed (2,486 ... 256
-  per class on CIFAR-10); the test set is the full balanced test set (10,000). Released with
-  github.com/SeungjinJung/SCTL (commit 1f8585e; later moved to a download link in its README)
-  under the names its ``models/utils.py`` reads:
-
-  ========================  ==============  ==================================================
-  network                   authors' name   file (``c100`` for CIFAR-100-LT)
-  ========================  ==============  ==================================================
-  DenseNet-40               densenet40      ``probs_densenet40_c10_LT_logits.p``
-  WideResNet-28             resnet_wide28   ``probs_resnet_wide28_c10_LT_logits.p``
-  ResNet-110                resnet110       ``probs_resnet110_c10_LT_logits.p``
-  ResNet-110-SD             resnet110_SD    ``probs_resnet110_SD_c10_LT_logits.p``
-  ========================  ==============  ==================================================
-
-  (pickles of ``((val_logits, val_labels), (test_logits, test_labels))``); the same arrays as
-  an ``.npz`` with ``val_logits``, ``val_labels``, ``test_logits``, ``test_labels`` are read
-  too, named ``sctl_<authors' name>_cifar10_lt_logits.npz`` (``cifar100`` for CIFAR-100-LT),
-  e.g. ``sctl_densenet40_cifar10_lt_logits.npz``. Table 2 has no ResNet-32 (its Table 1's
-  WideResNet-32 outputs are balanced CIFAR, not checked here). Rows, for each network: the
-  twenty of the table (uncalibrated, TS, ETS, PTS, CTS, each also with LS, with FL and with
-  class-wise scaling, "Ours" in the table, and the four averages).
-
 The module is plain NumPy (torch through the calibrators): no Ray, no MLflow.
 """
 
@@ -60,13 +22,13 @@ import logging
 import math
 import pickle
 import zipfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from raysearch.calibration.published import KINDS, PUBLISHED, PublishedNumber
 from raysearch.metrics import softmax, table_summary
 
 __all__ = [
@@ -86,243 +48,8 @@ logger = logging.getLogger(__name__)
 #: Largest |ours - published| ECE difference, in ECE points (percent), that a checked row may
 #: miss by.
 DEFAULT_TOLERANCE = 0.3
-#: Kinds of :class:`PublishedNumber` (module docstring); the first two are checked.
-KINDS = ("default", "explicit", "info")
 #: Bins of the ECE in every published number checked here (15 equal-width bins).
 N_BINS = 15
-
-_JUNG = "Jung et al. 2023, Table 2"
-
-
-@dataclass(frozen=True)
-class PublishedNumber:
-    """One published calibration result on released network outputs.
-
-    Attributes:
-        source: the paper and table, e.g. ``"Jung et al. 2023, Table 2 (CIFAR-10-LT)"``.
-        network: the network whose outputs were calibrated, e.g. ``"DenseNet-40"``.
-        files: accepted names of the released output file, first the ``.npz`` layout, then the
-            authors' own file name; looked up anywhere under the report's data folder,
-            case-insensitively.
-        label: the row as the paper names it, e.g. ``"TS + class-wise scaling"``.
-        calibrator: a :func:`raysearch.calibration.fit_calibrator` name, or None for the
-            uncalibrated outputs (and for an average row).
-        params: keyword arguments of ``fit_calibrator`` beyond the name and the data.
-        ece_pct: the published ECE in percent (15 bins).
-        accuracy_pct: the published accuracy in percent, or None.
-        kind: ``"default"``, ``"explicit"`` or ``"info"`` (module docstring).
-        note: why the row is not a default, shown under the table.
-        n_classes: the number of classes K the file's logits must have, or None for any.
-        average_of: for an average row, the labels of the rows (same source and network) whose
-            mean it is; empty otherwise.
-    """
-
-    source: str
-    network: str
-    files: tuple[str, ...]
-    label: str
-    calibrator: str | None
-    params: Mapping[str, Any]
-    ece_pct: float
-    accuracy_pct: float | None = None
-    kind: str = "default"
-    note: str = ""
-    n_classes: int | None = None
-    average_of: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"`kind` must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        if self.average_of and self.calibrator is not None:
-            raise ValueError(f"an average row has no calibrator, got {self.calibrator!r}")
-
-    @property
-    def checked(self) -> bool:
-        """Whether a miss fails the report (``default`` and ``explicit`` rows)."""
-        return self.kind != "info"
-
-    @property
-    def call(self) -> str:
-        """The call that gives our number, e.g. ``fit_calibrator("ts", classwise_scaling=True)``."""
-        if self.average_of:
-            return f"(mean of the {len(self.average_of)} rows above)"
-        if self.calibrator is None:
-            return "(uncalibrated)"
-        args = [_literal(self.calibrator)]
-        args += [f"{key}={_literal(value)}" for key, value in self.params.items()]
-        return f"fit_calibrator({', '.join(args)})"
-
-
-def _literal(value: Any) -> str:
-    """A Python literal with double-quoted strings, as the docs write calls."""
-    return f'"{value}"' if isinstance(value, str) else repr(value)
-
-
-#: Table 2's networks: (name in the table, the authors' file-name part).
-_SCTL_NETWORKS = (
-    ("DenseNet-40", "densenet40"),
-    ("WideResNet-28", "resnet_wide28"),
-    ("ResNet-110", "resnet110"),
-    ("ResNet-110-SD", "resnet110_SD"),
-)
-
-
-def _sctl_files(net: str, cifar: int) -> tuple[str, str]:
-    """Accepted names of one released Table 2 file: our ``.npz`` name, the authors' pickle."""
-    short = "c10" if cifar == 10 else "c100"
-    return (
-        f"sctl_{net.lower()}_cifar{cifar}_lt_logits.npz",
-        f"probs_{net}_{short}_LT_logits.p",
-    )
-
-
-_CS = {"classwise_scaling": True}
-_LS = {"loss": "ls", "epsilon": 0.05}
-_FL = {"loss": "focal", "gamma": 3.0}
-_ETS_NOTE = (
-    "the paper's ETS (its released code) mixes LOGITS, w1 z/t + w2 z + w3/K with free weights, "
-    "which is one temperature again: our `ts` reproduces it; our `ets` is Mix-n-Match's ETS "
-    "(an ensemble of probabilities, the method of Zhang et al.)"
-)
-_PTS_NOTE = (
-    "the paper's PTS is its released re-implementation (10-2-2-2-2-1 ReLU MLP on raw logits, "
-    "seed 1, Adam 0.02 x 1000, NLL): `pts_sctl`; our `pts` is Tomani et al.'s method"
-)
-_SCHEDULE_NOTE = (
-    "not reproduced by design: the released LS/FL fits of TS, ETS and CTS run a fixed L-BFGS "
-    "schedule (lr 0.005/0.003/0.001 for 200/400/400 iterations) that stops far from the "
-    "minimum; ours minimise the objective to convergence"
-)
-_PTS_FL_NOTE = (
-    "not reproduced by design: the released PTS + FL fit runs a fixed Adam schedule (lr "
-    "0.005/0.003/0.001 for 200/400/400 steps); `pts_sctl` runs Adam 0.02 x 1000 on the focal "
-    "loss, which ends at the focal-loss temperature"
-)
-_AVERAGE_NOTE = "the table's average of the four rows above; ours is the mean of our four"
-_WRN100_NOTE = (
-    "a misprint in Table 2: it repeats the CIFAR-10-LT value 9.11; the authors' released logs "
-    "(log/TS_CE.log) give 18.08 for these outputs"
-)
-
-#: Rows of Table 2: (label, calibrator, fit_calibrator params, kind, note); an average row has
-#: the calibrator None and the note ``_AVERAGE_NOTE``.
-_TABLE2_ROWS: tuple[tuple[str, str | None, Mapping[str, Any], str, str], ...] = (
-    ("uncalibrated", None, {}, "default", ""),
-    ("TS", "ts", {}, "default", ""),
-    ("ETS", "ts", {}, "explicit", _ETS_NOTE),
-    ("PTS", "pts_sctl", {}, "explicit", _PTS_NOTE),
-    ("CTS", "cts", {}, "default", ""),
-    ("Average: baseline", None, {}, "info", _AVERAGE_NOTE),
-    ("TS + LS", "ts", _LS, "info", _SCHEDULE_NOTE),
-    ("ETS + LS", "ts", _LS, "info", _SCHEDULE_NOTE),
-    ("PTS + LS", "pts_sctl", _LS, "explicit", _PTS_NOTE),
-    ("CTS + LS", "cts", _LS, "info", _SCHEDULE_NOTE),
-    ("Average: + LS", None, {}, "info", _AVERAGE_NOTE),
-    ("TS + FL", "ts", _FL, "info", _SCHEDULE_NOTE),
-    ("ETS + FL", "ts", _FL, "info", _SCHEDULE_NOTE),
-    ("PTS + FL", "pts_sctl", _FL, "info", _PTS_FL_NOTE),
-    ("CTS + FL", "cts", _FL, "info", _SCHEDULE_NOTE),
-    ("Average: + FL", None, {}, "info", _AVERAGE_NOTE),
-    ("TS + class-wise scaling", "ts", _CS, "default", ""),
-    ("ETS + class-wise scaling", "ts", _CS, "explicit", _ETS_NOTE),
-    ("PTS + class-wise scaling", "pts_sctl", _CS, "explicit", _PTS_NOTE),
-    ("CTS + class-wise scaling", "cts", _CS, "default", ""),
-    ("Average: + class-wise", None, {}, "info", _AVERAGE_NOTE),
-)
-
-
-def _table2(
-    cifar: int,
-    network: str,
-    net: str,
-    ece_pct: Sequence[float],
-    acc_pct: Sequence[float],
-    overrides: Mapping[str, tuple[str, str]] | None = None,
-) -> list[PublishedNumber]:
-    """One column of Table 2: ECE and accuracy (%) in the row order of ``_TABLE2_ROWS``.
-
-    ``overrides`` maps a row label to its (kind, note) where the table itself is wrong.
-    """
-    source = f"{_JUNG} (CIFAR-{cifar}-LT)"
-    files = _sctl_files(net, cifar)
-    rows = []
-    for i, ((label, cal, params, kind, note), value, acc) in enumerate(
-        zip(_TABLE2_ROWS, ece_pct, acc_pct, strict=True)
-    ):
-        kind, note = (overrides or {}).get(label, (kind, note))
-        average_of = ()
-        if note == _AVERAGE_NOTE:
-            average_of = tuple(row[0] for row in _TABLE2_ROWS[i - 4 : i])
-        rows.append(
-            PublishedNumber(
-                source, network, files, label, cal, dict(params), value, acc, kind, note,
-                cifar, average_of,
-            )
-        )
-    return rows
-
-
-#: Every published number the report checks (module docstring): Jung et al. 2023, Table 2,
-#: each column in the row order of ``_TABLE2_ROWS`` (ECE %, then accuracy %).
-PUBLISHED: tuple[PublishedNumber, ...] = (
-    *_table2(
-        10, "DenseNet-40", "densenet40",
-        (21.08, 6.16, 6.15, 6.10, 6.02, 6.11, 8.16, 0.74, 1.02, 8.13, 4.51,
-         7.24, 9.57, 10.52, 9.82, 9.29, 3.22, 3.08, 3.13, 2.79, 3.06),
-        (72.11, 72.11, 72.11, 72.11, 72.37, 72.18, 72.11, 72.11, 72.11, 72.00, 72.08,
-         72.11, 72.11, 72.11, 72.12, 72.11, 72.11, 72.11, 72.11, 74.99, 72.83),
-    ),
-    *_table2(
-        10, "WideResNet-28", "resnet_wide28",
-        (9.11, 4.47, 4.46, 4.43, 4.16, 4.38, 2.24, 1.54, 1.67, 2.59, 2.01,
-         1.68, 11.69, 12.42, 1.35, 6.79, 3.19, 3.17, 3.16, 1.99, 2.88),
-        (85.38, 85.38, 85.38, 85.38, 86.42, 85.64, 85.38, 85.38, 85.38, 86.03, 85.54,
-         85.38, 85.38, 85.38, 86.01, 85.54, 85.38, 85.38, 85.38, 88.00, 86.04),
-    ),
-    *_table2(
-        10, "ResNet-110", "resnet110",
-        (19.14, 5.94, 5.93, 5.90, 5.74, 5.88, 8.99, 1.49, 1.12, 8.94, 5.14,
-         8.45, 9.51, 10.20, 10.58, 9.69, 3.53, 3.40, 3.47, 2.96, 3.34),
-        (75.97, 75.97, 75.97, 75.97, 76.17, 76.02, 75.97, 75.97, 75.97, 76.08, 76.00,
-         75.97, 75.97, 75.97, 76.16, 76.02, 75.97, 75.97, 75.97, 78.55, 76.62),
-    ),
-    *_table2(
-        10, "ResNet-110-SD", "resnet110_SD",
-        (14.43, 6.84, 6.84, 6.76, 7.36, 6.95, 2.90, 1.63, 1.50, 4.59, 2.66,
-         4.33, 9.85, 10.24, 2.60, 6.76, 2.53, 2.39, 2.40, 2.19, 2.38),
-        (64.90, 64.90, 64.90, 64.90, 64.10, 64.70, 64.90, 64.90, 64.90, 63.76, 64.62,
-         64.90, 64.90, 64.90, 65.26, 64.99, 64.90, 64.90, 64.90, 67.43, 65.53),
-    ),
-    *_table2(
-        100, "DenseNet-40", "densenet40",
-        (38.40, 8.89, 8.85, 8.77, 11.54, 9.51, 12.37, 4.40, 3.62, 14.35, 8.69,
-         10.01, 0.96, 1.25, 11.26, 5.87, 4.44, 4.18, 4.29, 3.44, 4.09),
-        (37.97, 37.97, 37.97, 37.97, 36.72, 37.66, 37.97, 37.97, 37.97, 37.27, 37.80,
-         37.97, 37.97, 37.97, 37.78, 37.92, 37.97, 37.97, 37.97, 40.13, 38.51),
-    ),
-    *_table2(
-        100, "WideResNet-28", "resnet_wide28",
-        (9.11, 9.62, 9.60, 9.60, 8.06, 9.22, 7.43, 6.89, 6.72, 6.76, 6.95,
-         6.04, 6.15, 6.17, 5.40, 5.94, 6.99, 6.92, 6.90, 5.56, 6.59),
-        (53.57, 53.57, 53.57, 53.57, 56.03, 54.19, 53.57, 53.57, 53.57, 53.75, 53.62,
-         53.57, 53.57, 53.57, 55.86, 54.14, 53.57, 53.57, 53.57, 57.62, 54.58),
-        overrides={"uncalibrated": ("info", _WRN100_NOTE)},
-    ),
-    *_table2(
-        100, "ResNet-110", "resnet110",
-        (41.98, 8.46, 8.38, 8.29, 11.43, 9.14, 15.02, 4.64, 3.85, 16.94, 10.11,
-         12.91, 1.24, 1.76, 14.48, 7.60, 4.50, 4.23, 4.33, 3.85, 4.23),
-        (38.57, 38.57, 38.57, 38.57, 36.55, 38.07, 38.57, 38.57, 38.57, 37.77, 38.37,
-         38.57, 38.57, 38.57, 38.10, 38.45, 38.57, 38.57, 38.57, 39.79, 38.88),
-    ),
-    *_table2(
-        100, "ResNet-110-SD", "resnet110_SD",
-        (30.32, 4.81, 4.76, 4.69, 7.43, 5.42, 5.85, 1.74, 1.54, 8.47, 4.40,
-         2.31, 3.56, 4.53, 4.52, 3.73, 1.48, 1.56, 1.45, 1.50, 1.50),
-        (34.87, 34.87, 34.87, 34.87, 33.27, 34.47, 34.87, 34.87, 34.87, 33.64, 34.56,
-         34.87, 34.87, 34.87, 34.06, 34.67, 34.87, 34.87, 34.87, 36.32, 35.23),
-    ),
-)
 
 
 @dataclass(frozen=True)
@@ -501,7 +228,7 @@ def _load_split(
     Raises:
         ValueError: with the reason the file cannot be used, one line.
     """
-    from raysearch.calibration.posthoc import _PICKLE_SUFFIXES, load_outputs
+    from raysearch.calibration.outputs import _PICKLE_SUFFIXES, load_outputs
 
     if path.suffix.lower() in _PICKLE_SUFFIXES and not allow_pickle:
         raise ValueError(

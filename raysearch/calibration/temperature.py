@@ -1,54 +1,37 @@
 r"""Temperature-based calibrators: ``ts``, ``ts_sbece``, ``ts_hb_ece``, ``ets`` and ``cts``.
 
 All fit their parameters with scipy in float64 NumPy; temperatures are optimised as
-:math:`s = \log T` inside ``[log t_min, log t_max]`` (defaults 0.05 and 20).
-
-How the single temperature is fitted (``ts``, ``ts_sbece`` and the first stage of ``ets``):
-
-* objectives convex in :math:`1/T` (``nll``, ``ls``): a safeguarded Newton iteration on
-  :math:`dL/d\log T = 0` with the first and second derivatives by autograd, from T = 1 (or the
-  warm start), run to convergence (:math:`|dL/d\log T| \le 10^{-10}`, typically 5-8
-  evaluations), not a fixed number of steps; convexity in 1/T makes the root unique, so a
-  bracket guards every step (L-BFGS-B needed about twice as many evaluations);
-* ``mse`` and ``focal`` (not convex): L-BFGS-B on :math:`\log T` with the derivative by
-  autograd (``gtol`` 1e-10, ``ftol`` 1e-15), started from the best point of a 25-point
-  log-grid; where the objective is so flat that L-BFGS-B stops on ``ftol`` with
-  :math:`|dL/d\log T| > 10^{-10}`, the Newton iteration above finishes the local minimum;
-* ``sbece`` (non-convex, piecewise flat far from the data; also ``hbece`` under ``ts``): a
-  61-point log-grid, then a bounded Brent search (``minimize_scalar``) between the grid
-  neighbours of the best point (xatol 1e-7 in log T); no derivative is used;
-* ``ts_hb_ece`` (hard-binned ECE, piecewise constant): a multi-resolution grid in log T
-  (:class:`TemperatureScalingHBECE`).
-
-Derivatives (in :math:`\log T`, in the K temperatures of ``cts``, in the weights of ``ets``)
-come from torch autograd in float64 through the objective's torch definition
-(:mod:`raysearch.calibration._autograd`); none is written by hand. An evaluation with its
-derivative costs a few passes over the (N, K) logits: on (50000, 100) logits and one CPU core
-a Newton evaluation (value, first and second derivative) takes about 0.5 s, so ``nll`` fits
-in a few seconds. A temperature that ends on a bound is reported with a
-``UserWarning`` and ``params_["at_bound"]``.
+:math:`s = \log T` inside ``[log t_min, log t_max]`` (defaults 0.05 and 20), a single
+temperature as :mod:`raysearch.calibration.temperature_fit` describes (a safeguarded Newton
+iteration for objectives convex in 1/T, L-BFGS-B from a grid for ``mse`` and ``focal``, a grid
+and Brent search for ``sbece``, a multi-resolution grid for ``ts_hb_ece``). Derivatives come
+from torch autograd through the objective's torch definition; none is written by hand. A
+temperature that ends on a bound is reported with a ``UserWarning`` and
+``params_["at_bound"]``.
 """
 
 import logging
 import math
 import warnings
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from scipy import optimize
 
-from raysearch.calibration._autograd import value_and_derivatives, value_and_grad
-from raysearch.calibration.base import (
-    Calibrator,
-    check_all_classes_present,
-    log_softmax,
-    softmax,
-    validate_int,
-    validate_number,
-)
+from raysearch.calibration._autograd import value_and_grad
+from raysearch.calibration._checks import log_softmax, softmax, validate_int, validate_number
+from raysearch.calibration.base import Calibrator, check_all_classes_present
 from raysearch.calibration.objectives import _TINY, CalibrationObjective
+from raysearch.calibration.temperature_fit import (
+    BOUND_TOL,
+    ScalarTemperatureProblem,
+    first_step,
+    first_temperature_step,
+    fit_log_temperature,
+    multiresolution_log_temperature,
+    temperature_scaled,
+)
 
 __all__ = [
     "ClassTemperatureScaling",
@@ -60,14 +43,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Learning rate of the authors' L-BFGS (Jung et al., Sec. 5.3: 0.02); torch's first L-BFGS
-#: iteration moves the parameters by lr * g / max(1, ||g||_1): that is the "first iteration"
-#: whose class losses Eq. 6 of the class-wise scaling uses.
-FIRST_STEP_LR = 0.02
-_GRID_POINTS_NONCONVEX = 25
-_GRID_POINTS_SBECE = 61
-_BOUND_TOL = 1e-6
-
 
 def _check_bounds(t_min: float, t_max: float) -> tuple[float, float]:
     t_min = validate_number("t_min", t_min, minimum=0.0, minimum_inclusive=False)
@@ -75,226 +50,6 @@ def _check_bounds(t_min: float, t_max: float) -> tuple[float, float]:
     if not t_min < t_max:
         raise ValueError(f"`t_min` must be smaller than `t_max` (t_min={t_min:g}, t_max={t_max:g})")
     return t_min, t_max
-
-
-def _first_step(theta: np.ndarray, grad: np.ndarray, lr: float = FIRST_STEP_LR) -> np.ndarray:
-    """torch.optim.LBFGS's first iteration: theta - lr * min(1, 1/||g||_1) * g."""
-    norm = float(np.abs(grad).sum())
-    return theta - lr * min(1.0, 1.0 / norm if norm > 0 else 1.0) * grad
-
-
-def _first_temperature_step(
-    problem: "_ScalarTemperatureProblem", log_t: float, bounds: tuple[float, float]
-) -> float:
-    """One torch-L-BFGS-like iteration on T itself (the released code's parameter).
-
-    dL/dT = (dL/ds) / T; a central difference in T for objectives without a derivative.
-    Returns the new log T, clipped into ``bounds``.
-    """
-    t = math.exp(log_t)
-    if problem.objective.differentiable:
-        d_t = problem.value_and_grad(log_t)[1] / t
-    else:
-        h = 1e-4 * t
-        d_t = (problem.value(math.log(t + h)) - problem.value(math.log(t - h))) / (2 * h)
-    t_new = float(_first_step(np.array([t]), np.array([d_t]))[0])
-    return min(max(math.log(max(t_new, 1e-12)), bounds[0]), bounds[1])
-
-
-def _temperature_scaled(
-    z: np.ndarray,
-    labels: np.ndarray,
-    objective: CalibrationObjective,
-    class_coef: np.ndarray | None,
-) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The objective of ``softmax(z / exp(s))`` as a torch function of s (for autograd).
-
-    s is a 0-d tensor (one temperature, TS) or a (K,) tensor (one per logit column, CTS).
-    """
-    objective_fn = objective.torch_objective(labels, class_coef)
-    z_t = torch.from_numpy(z)
-    return lambda log_t: objective_fn(torch.log_softmax(z_t * torch.exp(-log_t), dim=1))
-
-
-class _ScalarTemperatureProblem:
-    """Objective of softmax(z / T) as a function of s = log T, with derivatives in s.
-
-    Values of objectives without a derivative come from :meth:`CalibrationObjective.value`;
-    derivatives by torch autograd (:mod:`raysearch.calibration._autograd`).
-
-    Args:
-        z: (N, K) float64 logits.
-        labels: (N,) labels.
-        objective: the objective.
-        class_coef: class coefficients or None (see objectives).
-    """
-
-    def __init__(
-        self,
-        z: np.ndarray,
-        labels: np.ndarray,
-        objective: CalibrationObjective,
-        class_coef: np.ndarray | None,
-    ) -> None:
-        self.z = z
-        self.labels = labels
-        self.objective = objective
-        self.class_coef = class_coef
-        self._loss = _temperature_scaled(z, labels, objective, class_coef)
-        self.evaluations = 0
-        self._last: tuple[float, tuple[float, float, float]] | None = None
-
-    def evaluate(self, log_t: float, curvature: bool = False) -> tuple[float, float, float]:
-        """Objective, d/ds and (if ``curvature``) d2/ds2 at s = log T (else NaN).
-
-        The last point is remembered: asking again at the same s (the fit's final value and
-        derivative) costs no pass over the logits.
-        """
-        if self._last is not None and self._last[0] == log_t and (
-                not curvature or not math.isnan(self._last[1][2])):
-            return self._last[1]
-        self.evaluations += 1
-        if curvature:
-            out = value_and_derivatives(self._loss, log_t)
-        else:
-            value, grad = value_and_grad(self._loss, log_t)
-            out = (value, float(grad), float("nan"))
-        self._last = (log_t, out)
-        return out
-
-    def value_and_grad(self, log_t: float) -> tuple[float, float]:
-        value, grad, _ = self.evaluate(log_t)
-        return value, grad
-
-    def value(self, log_t: float) -> float:
-        self.evaluations += 1
-        log_p = log_softmax(self.z * math.exp(-log_t))
-        return self.objective.value(log_p, self.labels, self.class_coef)
-
-
-def _newton_log_temperature(
-    problem: _ScalarTemperatureProblem, lo: float, hi: float, start: float
-) -> float:
-    """Safeguarded Newton iteration on dL/ds = 0 over [lo, hi] (objectives convex in 1/T).
-
-    The first step uses the autograd curvature d2L/ds2, the later ones the secant of the last
-    two gradients (superlinear, one backward pass each).
-
-    Convexity in beta = exp(-s) makes the sign of dL/ds go from - to + once, so a bracket
-    [a, b] of the minimiser is kept: Newton steps that leave it (or meet a non-positive
-    curvature, L need not be convex in s) are replaced by a bound (first time) or bisection.
-    Stops when |dL/ds| <= 1e-10, the bracket is shorter than 1e-12, the Newton step is below
-    1e-14, or the minimiser lies beyond a bound (dL/ds still points outward there).
-    """
-    a, b = lo, hi
-    a_seen = b_seen = False  # whether the sign of dL/ds is known at a / b
-    s = min(max(start, lo), hi)
-    _, g, h = problem.evaluate(s, curvature=True)
-    for _ in range(200):
-        s_prev, g_prev = s, g
-        if g > 0:
-            b, b_seen = s, True
-        elif g < 0:
-            a, a_seen = s, True
-        if abs(g) <= 1e-10 or b - a <= 1e-12:
-            break
-        if (s >= hi and g < 0) or (s <= lo and g > 0):
-            break  # the minimiser is beyond this bound
-        step = s - g / h if h > 0 else float("nan")
-        if not a < step < b:
-            if g < 0 and not b_seen:
-                step = hi
-            elif g > 0 and not a_seen:
-                step = lo
-            else:
-                step = 0.5 * (a + b)
-        if abs(step - s) <= 1e-14:
-            break
-        s = step
-        # later steps take the curvature from the last two gradients (a secant): one backward
-        # pass per step instead of a double backward, and the bracket keeps it safe
-        _, g, _ = problem.evaluate(s)
-        h = (g - g_prev) / (s - s_prev)
-    return s
-
-
-def _fit_log_temperature(
-    problem: _ScalarTemperatureProblem, bounds: tuple[float, float], start: float
-) -> dict[str, Any]:
-    """Minimise the scalar-temperature objective over s = log T in ``bounds``.
-
-    Returns:
-        ``{"log_t": s, "value": f(s), "grad": f'(s) (NaN without derivative),
-        "evaluations": int, "method": str, "at_bound": "lower" | "upper" | ""}``.
-    """
-    lo, hi = bounds
-    objective = problem.objective
-    if not objective.differentiable:
-        method = "grid+brent"
-        grid = np.linspace(lo, hi, _GRID_POINTS_SBECE)
-        values = np.array([problem.value(s) for s in grid])
-        best = int(np.argmin(values))
-        left, right = grid[max(best - 1, 0)], grid[min(best + 1, grid.size - 1)]
-        result = optimize.minimize_scalar(
-            problem.value, bounds=(left, right), method="bounded", options={"xatol": 1e-7}
-        )
-        log_t, value = float(result.x), float(result.fun)
-        if values[best] < value:  # never worse than the grid
-            log_t, value = float(grid[best]), float(values[best])
-        grad = float("nan")
-    elif objective.convex_in_inverse_temperature:
-        method = "newton"
-        log_t = _newton_log_temperature(problem, lo, hi, start)
-        value, grad = problem.value_and_grad(log_t)
-    else:
-        method = "grid+l-bfgs-b"
-        grid = np.linspace(lo, hi, _GRID_POINTS_NONCONVEX)
-        x0 = float(grid[int(np.argmin([problem.value(s) for s in grid]))])
-        result = optimize.minimize(
-            lambda x: _as_array_grad(problem.value_and_grad(float(x[0]))),
-            np.array([x0]),
-            jac=True,
-            method="L-BFGS-B",
-            bounds=[(lo, hi)],
-            options={"maxiter": 200, "ftol": 1e-15, "gtol": 1e-10},
-        )
-        log_t = float(result.x[0])
-        value, grad = problem.value_and_grad(log_t)
-        if abs(grad) > 1e-10:
-            # where the objective is flat L-BFGS-B can stop on ftol first: finish the local
-            # minimum with the safeguarded Newton iteration (autograd curvature)
-            near = (max(lo, log_t - 1e-6), min(hi, log_t + 1e-6))
-            log_t = _newton_log_temperature(problem, *near, log_t)
-            value, grad = problem.value_and_grad(log_t)
-    return _fit_result(problem, bounds, log_t, value, grad, method)
-
-
-def _fit_result(
-    problem: _ScalarTemperatureProblem,
-    bounds: tuple[float, float],
-    log_t: float,
-    value: float,
-    grad: float,
-    method: str,
-) -> dict[str, Any]:
-    """The ``fit_info_`` of a scalar-temperature fit (see :func:`_fit_log_temperature`)."""
-    at_bound = ""
-    if log_t - bounds[0] <= _BOUND_TOL:
-        at_bound = "lower"
-    elif bounds[1] - log_t <= _BOUND_TOL:
-        at_bound = "upper"
-    return {
-        "log_t": log_t,
-        "value": value,
-        "grad": grad,
-        "evaluations": problem.evaluations,
-        "method": method,
-        "at_bound": at_bound,
-    }
-
-
-def _as_array_grad(pair: tuple[float, float]) -> tuple[float, np.ndarray]:
-    return pair[0], np.array([pair[1]])
 
 
 def _warn_at_bound(name: str, at_bound: str, t_min: float, t_max: float) -> None:
@@ -393,14 +148,14 @@ class TemperatureScaling(_TemperatureCalibrator):
         self._log_t = 0.0
 
     def _fit_with_coef(self, z, y, class_coef):
-        problem = _ScalarTemperatureProblem(z, y, self.objective, class_coef)
-        self.fit_info_ = _fit_log_temperature(problem, self._bounds(), self._log_t)
+        problem = ScalarTemperatureProblem(z, y, self.objective, class_coef)
+        self.fit_info_ = fit_log_temperature(problem, self._bounds(), self._log_t)
         self._log_t = self.fit_info_["log_t"]
         _warn_at_bound(self.name, self.fit_info_["at_bound"], self.t_min, self.t_max)
 
     def _first_iteration(self, z, y, class_coef):
-        problem = _ScalarTemperatureProblem(z, y, self.objective, class_coef)
-        self._log_t = _first_temperature_step(problem, self._log_t, self._bounds())
+        problem = ScalarTemperatureProblem(z, y, self.objective, class_coef)
+        self._log_t = first_temperature_step(problem, self._log_t, self._bounds())
 
     def _predict_log_proba(self, z):
         return log_softmax(z / math.exp(self._log_t))
@@ -422,8 +177,8 @@ class TemperatureScalingSBECE(TemperatureScaling):
     and nearly flat far from the optimum), which is deterministic and derivative-free.
     Rank preserving.
 
-    Args: as :class:`TemperatureScaling`, but ``objective`` must be a ``sbece`` objective
-        (its ``n_bins``, ``sb_temperature``, ``p``, ``binning``).
+    The arguments are those of :class:`TemperatureScaling`, but ``objective`` must be a
+    ``sbece`` objective (its ``n_bins``, ``sb_temperature``, ``p``, ``binning``).
 
     Raises:
         ValueError: if ``objective`` is not ``sbece``.
@@ -434,40 +189,6 @@ class TemperatureScalingSBECE(TemperatureScaling):
     required_loss = ("sbece", "the soft-binned ECE")
 
 
-def _multiresolution_log_temperature(
-    problem: _ScalarTemperatureProblem,
-    bounds: tuple[float, float],
-    grid_points: int,
-    levels: int,
-) -> dict[str, Any]:
-    """Multi-resolution grid search of s = log T in ``bounds`` (no derivative).
-
-    Level 1 evaluates ``grid_points`` equally spaced s over ``bounds``; every next level
-    evaluates ``grid_points`` equally spaced s over [best - h, best + h] (clipped to the
-    bounds), h the spacing of the level before, so each level divides the spacing by
-    (``grid_points`` - 1) / 2. Ties go to the smallest s. The best point over all levels wins.
-
-    Returns:
-        ``{"log_t", "value", "grad" (NaN), "evaluations", "method", "at_bound",
-        "spacings": [h_1, ..., h_levels] in log T}``.
-    """
-    lo, hi = bounds
-    left, right = lo, hi
-    best_s, best_value = float("nan"), float("inf")
-    spacings: list[float] = []
-    for _ in range(levels):
-        grid = np.linspace(left, right, grid_points)
-        spacing = float(grid[1] - grid[0])
-        spacings.append(spacing)
-        values = np.array([problem.value(float(s)) for s in grid])
-        index = int(np.argmin(values))
-        if values[index] < best_value:
-            best_s, best_value = float(grid[index]), float(values[index])
-        left, right = max(best_s - spacing, lo), min(best_s + spacing, hi)
-    info = _fit_result(problem, bounds, best_s, best_value, float("nan"), "multi-resolution grid")
-    return {**info, "spacings": spacings}
-
-
 class TemperatureScalingHBECE(TemperatureScaling):
     r"""Temperature scaling fitted on hard-binned ECE (``ts_hb_ece``, TS-HB-ECE).
 
@@ -476,14 +197,15 @@ class TemperatureScalingHBECE(TemperatureScaling):
     ECE (hereby, TS-HB-ECE)", the search alternative to TS-SB-ECE. :math:`p =
     \mathrm{softmax}(z / T)` with T minimising the ``hbece`` objective, whose defaults are the
     ECE of that paper's tables (equal-mass bins, l2 norm, 15 bins; Sec. 5.1, Tables 1, 2, 5).
-    The paper gives no grid; here (module-level :func:`_multiresolution_log_temperature`)
-    level 1 is ``grid_points`` points equally spaced in log T over [log t_min, log t_max], and
-    each of the ``levels`` - 1 further levels puts ``grid_points`` points on the two grid
-    intervals around the best point so far. The final spacing in log T is
+    The paper gives no grid; here
+    (:func:`~raysearch.calibration.temperature_fit.multiresolution_log_temperature`) level 1
+    is ``grid_points`` points equally spaced in log T over [log t_min, log t_max], and each of
+    the ``levels`` - 1 further levels puts ``grid_points`` points on the two grid intervals
+    around the best point so far. The final spacing in log T is
 
     .. math::
 
-        h = rac{\log t_{max} - \log t_{min}}{G - 1}\Big(rac{2}{G - 1}\Big)^{L - 1},
+        h = \frac{\log t_{max} - \log t_{min}}{G - 1}\Big(\frac{2}{G - 1}\Big)^{L - 1},
 
     :math:`G` = ``grid_points``, :math:`L` = ``levels``: with the defaults (0.05, 20, 41, 3)
     :math:`h = 5.99/40 \cdot (1/20)^2 = 3.7 \cdot 10^{-4}` (T known to 0.04 %), after
@@ -534,8 +256,8 @@ class TemperatureScalingHBECE(TemperatureScaling):
         )
 
     def _fit_with_coef(self, z, y, class_coef):
-        problem = _ScalarTemperatureProblem(z, y, self.objective, class_coef)
-        self.fit_info_ = _multiresolution_log_temperature(
+        problem = ScalarTemperatureProblem(z, y, self.objective, class_coef)
+        self.fit_info_ = multiresolution_log_temperature(
             problem, self._bounds(), self.grid_points, self.levels
         )
         self._log_t = self.fit_info_["log_t"]
@@ -578,8 +300,8 @@ class EnsembleTemperatureScaling(_TemperatureCalibrator):
     that order. Only the degenerate w = (0, 0, 1) (uniform output, never better than chance)
     would tie all classes.
 
-    Args: as :class:`TemperatureScaling`; ``objective`` is that of both stages
-        (``fit_calibrator`` default: ``mse``), ``t_max`` bounds T (released: 5.0).
+    The arguments are those of :class:`TemperatureScaling`; ``objective`` is that of both
+    stages (``fit_calibrator`` default: ``mse``), ``t_max`` bounds T (released: 5.0).
 
     Raises:
         ValueError: if ``t_min`` >= ``t_max`` or either is <= 0.
@@ -611,9 +333,9 @@ class EnsembleTemperatureScaling(_TemperatureCalibrator):
         self._weights = np.array([1.0, 0.0, 0.0])
 
     def _fit_with_coef(self, z, y, class_coef):
-        problem = _ScalarTemperatureProblem(z, y, self.objective, class_coef)
+        problem = ScalarTemperatureProblem(z, y, self.objective, class_coef)
         bounds = self._bounds()
-        info = _fit_log_temperature(problem, bounds, self._log_t)
+        info = fit_log_temperature(problem, bounds, self._log_t)
         self._log_t = info["log_t"]
         _warn_at_bound(self.name, info["at_bound"], self.t_min, self.t_max)
         components = self._components(z)
@@ -653,9 +375,9 @@ class EnsembleTemperatureScaling(_TemperatureCalibrator):
 
     def _first_iteration(self, z, y, class_coef):
         # the released class-wise code runs the temperature optimiser first: its first step
-        problem = _ScalarTemperatureProblem(z, y, self.objective, class_coef)
+        problem = ScalarTemperatureProblem(z, y, self.objective, class_coef)
         bounds = self._bounds()
-        self._log_t = _first_temperature_step(problem, self._log_t, bounds)
+        self._log_t = first_temperature_step(problem, self._log_t, bounds)
 
     def _predict_log_proba(self, z):
         mixture = np.tensordot(self._weights, self._components(z), axes=1)
@@ -732,7 +454,7 @@ class ClassTemperatureScaling(_TemperatureCalibrator):
         return self
 
     def _value_and_grad(self, log_t, z, y, class_coef):
-        return value_and_grad(_temperature_scaled(z, y, self.objective, class_coef), log_t)
+        return value_and_grad(temperature_scaled(z, y, self.objective, class_coef), log_t)
 
     def _reset(self, z, y):
         self._log_t = np.zeros(z.shape[1])
@@ -745,8 +467,8 @@ class ClassTemperatureScaling(_TemperatureCalibrator):
         start = np.clip(self._log_t, lo, hi)
         if not self.objective.convex_in_inverse_temperature:
             # non-convex objective: also try the best shared temperature (the TS solution)
-            problem = _ScalarTemperatureProblem(z, y, self.objective, class_coef)
-            shared = _fit_log_temperature(problem, (lo, hi), float(start.mean()))["log_t"]
+            problem = ScalarTemperatureProblem(z, y, self.objective, class_coef)
+            shared = fit_log_temperature(problem, (lo, hi), float(start.mean()))["log_t"]
             candidate = np.full(z.shape[1], shared)
             if self._value(candidate, z, y, class_coef) < self._value(start, z, y, class_coef):
                 start = candidate
@@ -768,7 +490,7 @@ class ClassTemperatureScaling(_TemperatureCalibrator):
             self._log_t = result.x.copy()
         else:  # a line search that failed on a non-smooth objective (sbece): keep the start
             self._log_t = start.copy()
-        on_bound = (self._log_t - lo <= _BOUND_TOL) | (hi - self._log_t <= _BOUND_TOL)
+        on_bound = (self._log_t - lo <= BOUND_TOL) | (hi - self._log_t <= BOUND_TOL)
         self.fit_info_ = {
             "success": bool(result.success),
             "message": str(result.message),
@@ -786,7 +508,7 @@ class ClassTemperatureScaling(_TemperatureCalibrator):
     def _first_iteration(self, z, y, class_coef):
         t = np.exp(self._log_t)
         grad_s = self._value_and_grad(self._log_t, z, y, class_coef)[1]
-        t_new = _first_step(t, grad_s / t)
+        t_new = first_step(t, grad_s / t)
         lo, hi = self._bounds()
         self._log_t = np.clip(np.log(np.maximum(t_new, 1e-12)), lo, hi)
 

@@ -41,6 +41,7 @@ from raysearch.tracking.runs import (
 from raysearch.tracking.sweeps import (
     annotate_selection,
     seed_trials,
+    stored_sections,
     summarize_configuration,
     sweep_runs,
     sweep_trials,
@@ -95,16 +96,7 @@ def finalize_sweep(client: MlflowClient, parent_run_id: str, *, tolerance: float
     parent = client.get_run(parent_run_id)
     sweep_name = parent.data.tags.get(SWEEP_TAG, "")
     runs = sweep_runs(client, parent.info.experiment_id, parent_run_id)
-    changed = False  # whether the runs read above changed here (then they are read again)
-    for run in runs:
-        if run.info.status == "RUNNING" and run.data.tags.get(TRIAL_TAG):
-            changed = True
-            # trials the sweep left behind (interrupted, or lost with a killed driver): KILLED,
-            # and `sweep --resume` sets them RUNNING again when it continues them
-            client.set_tag(run.info.run_id, OUTCOME_TAG, "interrupted")
-            client.set_tag(run.info.run_id, ERROR_TAG, "the sweep ended while this trial ran; "
-                           f"`raysearch sweep --resume {sweep_name}` continues it")
-            client.set_terminated(run.info.run_id, "KILLED")
+    changed = _kill_left_over_trials(client, runs, sweep_name)
     repeated = [r for r in runs if r.data.tags.get(REPEATS_TAG)
                 and not r.data.tags.get(TRIAL_TAG)]
     for run in repeated:
@@ -134,30 +126,7 @@ def finalize_sweep(client: MlflowClient, parent_run_id: str, *, tolerance: float
             if not seeds.empty:
                 write_parquet(seeds, Path(d) / "seeds.parquet")
                 client.log_artifact(parent_run_id, str(Path(d) / "seeds.parquet"))
-        shown = frame[frame["complete"] & frame[accuracy_key].notna()] \
-            if accuracy_key in frame else frame.iloc[0:0]
-        if not shown.empty:
-            from raysearch.training import plots  # matplotlib (see warm_end_imports)
-
-            sel = [i for i, s in enumerate(shown["selected"]) if s]
-            bars = {}
-            if accuracy_key + "_sem" in shown and ece_key + "_sem" in shown:
-                bars = {"accuracy_sem": shown[accuracy_key + "_sem"],
-                        "ece_sem": shown[ece_key + "_sem"]}
-            plots.pareto_plot(shown[accuracy_key], shown[ece_key], shown["on_front"],
-                              Path(d) / "pareto.png", selected=sel[0] if sel else None,
-                              groups=(list(shown["method"].astype(str))
-                                      if "method" in shown else None),
-                              title=f"sweep {sweep_name}" + (
-                                  f" (mean ± SEM over {parent.data.params.get('repeats')} seeds)"
-                                  if bars else ""),
-                              ece_label="validation " + (
-                                  "ECE" if ece_key == "val_ece" else ece_key[len("val_"):]),
-                              **bars)
-            client.log_artifact(parent_run_id, str(Path(d) / "pareto.png"))
-            pareto_html(shown, Path(d) / "pareto.html", accuracy_key=accuracy_key,
-                        ece_key=ece_key, title=f"sweep {sweep_name}")
-            client.log_artifact(parent_run_id, str(Path(d) / "pareto.html"))
+        _attach_pareto(client, parent, frame, Path(d), accuracy_key, ece_key)
         if frame["selected"].any():
             best = frame[frame["selected"]].iloc[0]
             export = best_config_document(best, parent)
@@ -173,6 +142,59 @@ def finalize_sweep(client: MlflowClient, parent_run_id: str, *, tolerance: float
                      tags=[RunTag(k, v) for k, v in tags.items()])  # one write
     client.set_terminated(parent_run_id, status)
     return frame
+
+
+def _kill_left_over_trials(client: MlflowClient, runs: list[Any], sweep_name: str) -> bool:
+    """End the trials a sweep left RUNNING as KILLED (``interrupted``); whether there were any.
+
+    They were interrupted, or lost with a killed driver; ``sweep --resume`` sets them RUNNING
+    again when it continues them.
+    """
+    changed = False
+    for run in runs:
+        if run.info.status == "RUNNING" and run.data.tags.get(TRIAL_TAG):
+            changed = True
+            client.set_tag(run.info.run_id, OUTCOME_TAG, "interrupted")
+            client.set_tag(run.info.run_id, ERROR_TAG, "the sweep ended while this trial ran; "
+                           f"`raysearch sweep --resume {sweep_name}` continues it")
+            client.set_terminated(run.info.run_id, "KILLED")
+    return changed
+
+
+def _attach_pareto(client: MlflowClient, parent: Any, frame: pd.DataFrame, folder: Path,
+                   accuracy_key: str, ece_key: str) -> None:
+    """Draw the complete trials' front as ``pareto.png`` and ``pareto.html``, attach both.
+
+    Nothing is drawn when no complete trial has the accuracy. A repeated sweep's points carry
+    ±1 SEM error bars.
+    """
+    shown = frame[frame["complete"] & frame[accuracy_key].notna()] \
+        if accuracy_key in frame else frame.iloc[0:0]
+    if shown.empty:
+        return
+    from raysearch.training import plots  # matplotlib (see warm_end_imports)
+
+    parent_run_id = parent.info.run_id
+    sweep_name = parent.data.tags.get(SWEEP_TAG, "")
+    sel = [i for i, s in enumerate(shown["selected"]) if s]
+    bars = {}
+    if accuracy_key + "_sem" in shown and ece_key + "_sem" in shown:
+        bars = {"accuracy_sem": shown[accuracy_key + "_sem"],
+                "ece_sem": shown[ece_key + "_sem"]}
+    plots.pareto_plot(shown[accuracy_key], shown[ece_key], shown["on_front"],
+                      folder / "pareto.png", selected=sel[0] if sel else None,
+                      groups=(list(shown["method"].astype(str))
+                              if "method" in shown else None),
+                      title=f"sweep {sweep_name}" + (
+                          f" (mean ± SEM over {parent.data.params.get('repeats')} seeds)"
+                          if bars else ""),
+                      ece_label="validation " + (
+                          "ECE" if ece_key == "val_ece" else ece_key[len("val_"):]),
+                      **bars)
+    client.log_artifact(parent_run_id, str(folder / "pareto.png"))
+    pareto_html(shown, folder / "pareto.html", accuracy_key=accuracy_key,
+                ece_key=ece_key, title=f"sweep {sweep_name}")
+    client.log_artifact(parent_run_id, str(folder / "pareto.html"))
 
 
 def _ended_after(client: MlflowClient, config_run: Any, runs: list[Any]) -> bool:
@@ -225,12 +247,9 @@ def requirements(config: dict[str, Any], metrics: str = "") -> dict[str, Any]:
         torch_version = str(torch.__version__)
     except ImportError:  # pragma: no cover (torch is a dependency)
         torch_version = "absent"
-    names = []
-    if isinstance(config.get("loss"), dict):
-        names = [config[s].get("name") for s in ("loss", "model", "data", "optimizer")
-                 if isinstance(config.get(s), dict)]
-    else:  # the flat layout of earlier versions
-        names = [config.get(k) for k in ("method", "model", "dataset", "optimizer")]
+    sections = stored_sections(config)
+    names = [sections[s].get("name") for s in ("loss", "model", "data", "optimizer")
+             if isinstance(sections.get(s), dict)]
     names += [m for m in str(metrics).split(",") if m]
     imports = [n for n in names if is_import_string(n)]
     packages = _plugin_packages(config, names)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 import math
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -228,71 +229,22 @@ def pareto_html(frame: pd.DataFrame, path: str | Path, *, accuracy_key: str = "v
     params = [str(c) for c in frame.columns
               if str(c) not in _NOT_PARAMS and str(c) not in metrics]
     text = [_hover(row, params, metrics) for row in frame.to_dict("records")]
-    numbers = _column_numbers(frame)
     groups = frame["method"].astype(str) if "method" in frame else pd.Series(
         ["trials"] * len(frame))
     names = list(dict.fromkeys(groups))
     members = [[i for i, g in enumerate(groups) if g == name] for name in names]
     selected = [i for i, s in enumerate(frame["selected"]) if _flag(s)]
+    points = _Points(frame, _column_numbers(frame), members, selected, (accuracy_key, ece_key))
     pairs = metric_pairs(frame, accuracy_key, ece_key)
-
-    def traces(acc: str, err: str) -> dict[str, list[Any]]:
-        """Per-trace x, y and error bars for one metric pair (the order of ``fig.data``)."""
-        x, y = numbers(err), numbers(acc)
-        if (acc, err) == (accuracy_key, ece_key):
-            front = [i for i, f in enumerate(frame["on_front"]) if _flag(f)]
-        else:
-            with warnings.catch_warnings():  # a drawn front of test metrics selects nothing
-                warnings.filterwarnings("ignore", "selecting on", UserWarning)
-                front = pareto_front([{acc: a, err: e} for a, e in zip(y, x, strict=True)],
-                                     accuracy=acc, ece=err)
-        front = sorted((i for i in front if x[i] is not None and y[i] is not None),
-                       key=lambda i: (x[i], y[i]))
-        sem_x, sem_y = numbers(err + "_sem"), numbers(acc + "_sem")
-        bars = any(v is not None for v in sem_x + sem_y)
-        out: dict[str, list[Any]] = {"x": [], "y": [], "error_x": [], "error_y": []}
-        for rows in members:
-            out["x"].append([x[i] for i in rows])
-            out["y"].append([y[i] for i in rows])
-            out["error_x"].append({"type": "data", "visible": bars,
-                                   "array": [sem_x[i] for i in rows]})
-            out["error_y"].append({"type": "data", "visible": bars,
-                                   "array": [sem_y[i] for i in rows]})
-        for rows in (front, selected[:1]):
-            out["x"].append([x[i] for i in rows])
-            out["y"].append([y[i] for i in rows])
-            out["error_x"].append({"visible": False})
-            out["error_y"].append({"visible": False})
-        return out
-
-    first = traces(*pairs[0])
-    data: list[dict[str, Any]] = []
-    for k, (name, rows) in enumerate(zip(names, members, strict=True)):
-        data.append({
-            "type": "scatter", "x": first["x"][k], "y": first["y"][k], "mode": "markers",
-            "name": name, "text": [text[i] for i in rows],
-            "hovertemplate": "%{text}<extra></extra>",
-            "error_x": first["error_x"][k], "error_y": first["error_y"][k],
-            "marker": {"size": 9, "color": _COLOURS[k % len(_COLOURS)], "opacity": 0.85,
-                       "line": {"width": [2 if _flag(frame["on_front"][i]) else 0
-                                          for i in rows], "color": "black"}}})
-    data.append({"type": "scatter", "x": first["x"][-2], "y": first["y"][-2], "mode": "lines",
-                 "name": "Pareto front", "hoverinfo": "skip",
-                 "line": {"color": "black", "width": 1.5, "dash": "dash"}})
-    data.append({"type": "scatter", "x": first["x"][-1], "y": first["y"][-1],
-                 "mode": "markers", "name": "selected",
-                 "text": [text[i] for i in selected[:1]],
-                 "hovertemplate": "%{text}<extra></extra>",
-                 "marker": {"symbol": "star", "size": 20, "color": "gold",
-                            "line": {"width": 1.5, "color": "black"}}})
+    data = _scatter_traces(points, names, text, points.traces(*pairs[0]))
     buttons = []
     for acc, err in pairs:
-        update = traces(acc, err)
         label = f"{_label(acc)} vs {_label(err)}"
         buttons.append({"label": label, "method": "update",
-                        "args": [update, {**_axis("xaxis", err), **_axis("yaxis", acc),
-                                          "title.text": f"{title}<br><sup>{label}</sup>"
-                                          if title else label}]})
+                        "args": [points.traces(acc, err),
+                                 {**_axis("xaxis", err), **_axis("yaxis", acc),
+                                  "title.text": f"{title}<br><sup>{label}</sup>"
+                                  if title else label}]})
     label = buttons[0]["label"]
     layout = {
         "title": {"text": f"{title}<br><sup>{label}</sup>" if title else label},
@@ -305,7 +257,95 @@ def pareto_html(frame: pd.DataFrame, path: str | Path, *, accuracy_key: str = "v
         keys = _axis(axis, column)
         layout[axis] = {"title": {"text": keys[f"{axis}.title.text"]},
                         "tickformat": keys[f"{axis}.tickformat"]}
-    path = Path(path)
+    return _write_page(Path(path), data, layout, title)
+
+
+@dataclass(frozen=True)
+class _Points:
+    """What the traces of every metric pair are drawn from (:func:`pareto_html`).
+
+    Attributes:
+        frame: the trials table (index 0..n-1).
+        numbers: ``column -> [float | None]`` (:func:`_column_numbers`).
+        members: the row indices of each method, in legend order.
+        selected: the rows marked ``selected``.
+        selection: the selection's (accuracy, error) columns, whose front is ``on_front``.
+    """
+
+    frame: pd.DataFrame
+    numbers: Any
+    members: list[list[int]]
+    selected: list[int]
+    selection: tuple[str, str]
+
+    def front(self, acc: str, err: str, x: list[Any], y: list[Any]) -> list[int]:
+        """The rows on the Pareto front of one pair, sorted by error then accuracy."""
+        if (acc, err) == self.selection:
+            front = [i for i, f in enumerate(self.frame["on_front"]) if _flag(f)]
+        else:
+            with warnings.catch_warnings():  # a drawn front of test metrics selects nothing
+                warnings.filterwarnings("ignore", "selecting on", UserWarning)
+                front = pareto_front([{acc: a, err: e} for a, e in zip(y, x, strict=True)],
+                                     accuracy=acc, ece=err)
+        return sorted((i for i in front if x[i] is not None and y[i] is not None),
+                      key=lambda i: (x[i], y[i]))
+
+    def traces(self, acc: str, err: str) -> dict[str, list[Any]]:
+        """Per-trace x, y and error bars for one metric pair (the order of the figure's data).
+
+        One trace per method, then the front's line, then the selected star.
+        """
+        x, y = self.numbers(err), self.numbers(acc)
+        front = self.front(acc, err, x, y)
+        sem_x, sem_y = self.numbers(err + "_sem"), self.numbers(acc + "_sem")
+        bars = any(v is not None for v in sem_x + sem_y)
+        out: dict[str, list[Any]] = {"x": [], "y": [], "error_x": [], "error_y": []}
+        for rows in self.members:
+            out["x"].append([x[i] for i in rows])
+            out["y"].append([y[i] for i in rows])
+            out["error_x"].append({"type": "data", "visible": bars,
+                                   "array": [sem_x[i] for i in rows]})
+            out["error_y"].append({"type": "data", "visible": bars,
+                                   "array": [sem_y[i] for i in rows]})
+        for rows in (front, self.selected[:1]):
+            out["x"].append([x[i] for i in rows])
+            out["y"].append([y[i] for i in rows])
+            out["error_x"].append({"visible": False})
+            out["error_y"].append({"visible": False})
+        return out
+
+
+def _scatter_traces(points: _Points, names: list[str], text: list[str],
+                    first: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """The figure's traces for the first metric pair: one per method, the front, the star."""
+    data: list[dict[str, Any]] = []
+    on_front = points.frame["on_front"]
+    for k, (name, rows) in enumerate(zip(names, points.members, strict=True)):
+        data.append({
+            "type": "scatter", "x": first["x"][k], "y": first["y"][k], "mode": "markers",
+            "name": name, "text": [text[i] for i in rows],
+            "hovertemplate": "%{text}<extra></extra>",
+            "error_x": first["error_x"][k], "error_y": first["error_y"][k],
+            "marker": {"size": 9, "color": _COLOURS[k % len(_COLOURS)], "opacity": 0.85,
+                       "line": {"width": [2 if _flag(on_front[i]) else 0
+                                          for i in rows], "color": "black"}}})
+    data.append({"type": "scatter", "x": first["x"][-2], "y": first["y"][-2], "mode": "lines",
+                 "name": "Pareto front", "hoverinfo": "skip",
+                 "line": {"color": "black", "width": 1.5, "dash": "dash"}})
+    data.append({"type": "scatter", "x": first["x"][-1], "y": first["y"][-1],
+                 "mode": "markers", "name": "selected",
+                 "text": [text[i] for i in points.selected[:1]],
+                 "hovertemplate": "%{text}<extra></extra>",
+                 "marker": {"symbol": "star", "size": 20, "color": "gold",
+                            "line": {"width": 1.5, "color": "black"}}})
+    return data
+
+
+def _write_page(path: Path, data: list[dict[str, Any]], layout: dict[str, Any], title: str
+                ) -> Path:
+    """Write the figure as one self-contained HTML page (plotly.js inlined, no MathJax)."""
+    import plotly.io as pio
+
     # a plain figure dict, written unvalidated: plotly's figure objects validated and copied
     # every property (~0.3 s for a first page, at the end of every sweep); the dict holds
     # only what the traces and the layout above set

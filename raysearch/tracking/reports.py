@@ -65,14 +65,14 @@ def _hp_text(row: Any) -> str:
         cfg = json.loads(row.get("config", "{}"))
     except (TypeError, ValueError):
         cfg = {}
-    if isinstance(cfg.get("loss"), dict):  # sections
-        params = dict(cfg["loss"].get("params") or {})
-        lr = (cfg.get("optimizer") or {}).get("lr")
-        params.update({f"model.{k}": v for k, v in
-                       ((cfg.get("model") or {}).get("params") or {}).items()
-                       if isinstance(v, (int, float, str, bool))})
-    else:  # the flat layout of earlier versions
-        params, lr = dict(cfg.get("loss_params", {})), cfg.get("lr")
+    from raysearch.tracking.sweeps import stored_sections
+
+    cfg = stored_sections(cfg)
+    params = dict((cfg.get("loss") or {}).get("params") or {})
+    lr = (cfg.get("optimizer") or {}).get("lr")
+    params.update({f"model.{k}": v for k, v in
+                   ((cfg.get("model") or {}).get("params") or {}).items()
+                   if isinstance(v, (int, float, str, bool))})
     params.pop("variant", None)
     if lr is not None:
         params["lr"] = lr

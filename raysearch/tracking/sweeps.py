@@ -307,3 +307,17 @@ def trial_outputs(client: MlflowClient, run_id: str) -> Any:
     with tempfile.TemporaryDirectory() as d:
         local = client.download_artifacts(run_id, LOGITS_FILE, d)
         return load_outputs(local)
+
+
+def stored_sections(config: Any) -> dict[str, Any]:
+    """A trial's stored config (its ``raysearch.config`` tag, an export) as sections.
+
+    A config of an earlier version's flat layout is read into sections
+    (:func:`raysearch.config.flat.as_sections`); what is not a readable config is ``{}``.
+    """
+    from raysearch.config.flat import as_sections
+
+    try:
+        return as_sections(config) if isinstance(config, dict) else {}
+    except ValueError:
+        return {}

@@ -70,20 +70,10 @@ def train_and_log(cfg: RunConfig, *, tracking_uri: str | None = None,
     """
     import torch
 
-    from raysearch.training.optim import check_optimizer
-    from raysearch.training.registries import metric_functions
-    from raysearch.training.run import build_run_loss, check_run_model, fit, load_run_data
-    from raysearch.training.tasks import task_for
+    from raysearch.training.run import fit
 
     components = components or {}
-    if isinstance(metrics, str):
-        metrics = [m for m in metrics.split(",") if m]
-    metric_fns = metric_functions(metrics or (), components)
-    data = load_run_data(cfg, components=components)  # bad input fails before MLflow
-    task = task_for(data)
-    check_run_model(cfg, data, components=components)
-    build_run_loss(cfg, data, components=components)
-    check_optimizer(cfg.optimizer)
+    data, task, metric_fns = _checked_parts(cfg, components, metrics)  # before MLflow
     client, uri = get_client(tracking_uri)
     experiment_id = ensure_experiment(client, experiment, uri)
     run = client.create_run(experiment_id, run_name=run_name,
@@ -92,20 +82,7 @@ def train_and_log(cfg: RunConfig, *, tracking_uri: str | None = None,
     log_params(client, run_id, run_params(cfg))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in a trial: same numerics, reproducible results
-    accuracy = f"val_{task.primary_metric}"
-
-    def on_epoch(epoch: int, values: dict[str, float], state: dict) -> None:
-        log_metrics(client, run_id, _numeric_metrics(values), epoch)
-        if progress is None:
-            return
-        if accuracy != "val_accuracy":
-            progress(f"epoch {epoch}/{cfg.epochs}: {accuracy} {100 * values[accuracy]:.2f}% "
-                     f"pixel acc {100 * values['val_accuracy']:.2f}% "
-                     f"ECE {100 * values['val_ece']:.2f}%")
-        else:
-            progress(f"epoch {epoch}/{cfg.epochs}: val acc {100 * values['val_accuracy']:.2f}%"
-                     f" ECE {100 * values['val_ece']:.2f}%")
-
+    on_epoch = _epoch_logger(client, run_id, cfg, f"val_{task.primary_metric}", progress)
     try:
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -125,6 +102,53 @@ def train_and_log(cfg: RunConfig, *, tracking_uri: str | None = None,
     client.set_tag(run_id, COMPLETE_TAG, "true")
     client.set_terminated(run_id, "FINISHED")
     return run_id, result.metrics
+
+
+def _checked_parts(cfg: RunConfig, components: dict[str, dict[str, Any]], metrics: Any
+                   ) -> tuple[Any, Any, dict[str, Any]]:
+    """The run's data, its task and the user's metric functions, after checking the config.
+
+    The model (on the meta device), the loss and the optimizer are built once to check them:
+    a bad name or argument raises here, before anything is written to MLflow.
+    """
+    from raysearch.training.optim import check_optimizer
+    from raysearch.training.registries import metric_functions
+    from raysearch.training.run_parts import build_run_loss, check_run_model, load_run_data
+    from raysearch.training.tasks import task_for
+
+    if isinstance(metrics, str):
+        metrics = [m for m in metrics.split(",") if m]
+    metric_fns = metric_functions(metrics or (), components)
+    data = load_run_data(cfg, components=components)
+    task = task_for(data)
+    check_run_model(cfg, data, components=components)
+    build_run_loss(cfg, data, components=components)
+    check_optimizer(cfg.optimizer)
+    return data, task, metric_fns
+
+
+def _epoch_logger(client: MlflowClient, run_id: str, cfg: RunConfig, accuracy: str,
+                  progress: Callable[[str], None] | None
+                  ) -> Callable[[int, dict[str, float], dict | None], None]:
+    """The ``on_epoch`` of :func:`train_and_log`: log the epoch's metrics, then one line.
+
+    `accuracy` is the task's primary validation metric (``val_accuracy``, or ``val_miou`` for
+    segmentation, shown beside the pixel accuracy).
+    """
+
+    def on_epoch(epoch: int, values: dict[str, float], state: dict | None) -> None:
+        log_metrics(client, run_id, _numeric_metrics(values), epoch)
+        if progress is None:
+            return
+        if accuracy != "val_accuracy":
+            progress(f"epoch {epoch}/{cfg.epochs}: {accuracy} {100 * values[accuracy]:.2f}% "
+                     f"pixel acc {100 * values['val_accuracy']:.2f}% "
+                     f"ECE {100 * values['val_ece']:.2f}%")
+        else:
+            progress(f"epoch {epoch}/{cfg.epochs}: val acc {100 * values['val_accuracy']:.2f}%"
+                     f" ECE {100 * values['val_ece']:.2f}%")
+
+    return on_epoch
 
 
 def log_calibration_run(client: MlflowClient, uri: str, experiment: str, *, run_name: str,

@@ -10,7 +10,7 @@ the tracking, tune and interface layers import it, never the reverse.
 - :mod:`raysearch.training.registries`: the name -> builder registries of every kind;
 - :mod:`raysearch.training.optim`: optimisers and learning-rate schedules;
 - :mod:`raysearch.training.run`: :func:`~raysearch.training.run.fit`, one training run, in named
-  steps, with its parts :mod:`~raysearch.training.run_parts`,
+  steps, with its parts :mod:`~raysearch.training.passes`, :mod:`~raysearch.training.run_parts`,
   :mod:`~raysearch.training.run_weights`, :mod:`~raysearch.training.divergence`,
   :mod:`~raysearch.training.mixing` and :mod:`~raysearch.training.interleaving`;
 - :mod:`raysearch.training.loop`: batches on the device, precision, DDP, predictions;

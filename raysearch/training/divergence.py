@@ -1,13 +1,12 @@
 """The failure guards of a run: the divergence check of each batch, and out-of-memory errors.
 
-``_Guard(device, optimizer, epoch, ddp).step(loss, batch)`` checks that the loss is finite (at
+``Guard(device, optimizer, epoch, ddp).step(loss, batch)`` checks that the loss is finite (at
 once on the CPU; on CUDA on the device, read every ``_CHECK_EVERY`` batches and by
-``_Guard.check()``, with no host sync per batch), then runs the backward pass and the optimiser
+``Guard.check()``, with no host sync per batch), then runs the backward pass and the optimiser
 step; in DDP mode the check agrees on every rank and each rank's loss is scaled so that DDP's
 gradient average is the full-batch gradient. A NaN/inf raises
 :class:`~raysearch.training.loop.DivergedError` naming the first bad batch. See
-:func:`raysearch.training.run.fit` (**Divergence**). :mod:`raysearch.training.run` re-exports every
-name here.
+:func:`raysearch.training.run.fit` (**Divergence**).
 
 An out-of-memory error (``torch.OutOfMemoryError``) raised while training or evaluating becomes
 :class:`OutOfMemoryRunError`, one line naming the batch size, the device and the stage
@@ -90,7 +89,7 @@ def free_device_memory() -> None:
         torch.cuda.empty_cache()
 
 
-class _Guard:
+class Guard:
     """Divergence check of one epoch: at once on the CPU, on the device (no sync) on CUDA.
 
     In DDP mode (`ddp`) the check agrees on all ranks: on the CPU the full-batch loss is

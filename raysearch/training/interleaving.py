@@ -1,11 +1,11 @@
 """Checks and data split of interleaved training (Karandikar et al. 2021, App. B).
 
-:func:`_check_interleavable` (the loss is a primary + secondary objective), :func:`_term` (one
-of its terms, checked to be a differentiable scalar), :func:`_interleave_fraction` (the
-held-out share of ``cfg.interleave_fraction``) and :func:`_interleave_split` (the stratified,
+:func:`check_interleavable` (the loss is a primary + secondary objective), :func:`loss_term` (one
+of its terms, checked to be a differentiable scalar), :func:`interleave_fraction` (the
+held-out share of ``cfg.interleave_fraction``) and :func:`interleave_split` (the stratified,
 seeded majority / held-out split of the training indices). The interleaved epoch itself is
-``raysearch.training.run._train_pass_interleaved``; see :func:`raysearch.training.run.fit`
-(**Interleaved training**). :mod:`raysearch.training.run` re-exports every name here.
+:func:`raysearch.training.passes.train_pass_interleaved`; see :func:`raysearch.training.run.fit`
+(**Interleaved training**).
 
 Imports nothing of the package (but :mod:`raysearch.config` for type hints).
 """
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 _NOT_INTERLEAVABLE = "interleaved training needs a primary + secondary objective"
 
 
-def _check_interleavable(loss_fn: nn.Module, method: str, side_inputs: bool) -> None:
+def check_interleavable(loss_fn: nn.Module, method: str, side_inputs: bool) -> None:
     """Reject losses that cannot be split into primary and secondary terms (before training)."""
     beta = getattr(loss_fn, "beta", None)
     if (
@@ -42,7 +42,7 @@ def _check_interleavable(loss_fn: nn.Module, method: str, side_inputs: bool) -> 
         )
 
 
-def _term(loss_fn: nn.Module, logits: Tensor, targets: Tensor, name: str) -> Tensor:
+def loss_term(loss_fn: nn.Module, logits: Tensor, targets: Tensor, name: str) -> Tensor:
     """``loss_fn.terms(logits, targets)[name]``, checked to be a differentiable scalar."""
     terms = loss_fn.terms(logits, targets)
     if not isinstance(terms, Mapping) or "primary" not in terms or "secondary" not in terms:
@@ -62,7 +62,7 @@ def _term(loss_fn: nn.Module, logits: Tensor, targets: Tensor, name: str) -> Ten
     return value
 
 
-def _interleave_fraction(cfg: RunConfig) -> float:
+def interleave_fraction(cfg: RunConfig) -> float:
     """``cfg.interleave_fraction`` (default 0.1), checked to be in (0, 1)."""
     fraction = cfg.interleave_fraction
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
@@ -70,7 +70,7 @@ def _interleave_fraction(cfg: RunConfig) -> float:
     return float(fraction)
 
 
-def _interleave_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[Tensor, Tensor]:
+def interleave_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[Tensor, Tensor]:
     """Stratified, seeded (majority, held-out) split of the training indices.
 
     ``train_test_split(range(n), test_size=fraction, stratify=labels, random_state=seed)``: the

@@ -1,14 +1,12 @@
 """Batch mixing of a training run: MixUp, CutMix and RICAP as one ``mix(x, y)`` callable.
 
-:func:`_make_mixer` builds it from ``cfg.mixup_alpha``, ``cfg.cutmix_alpha`` and
+:func:`make_mixer` builds it from ``cfg.mixup_alpha``, ``cfg.cutmix_alpha`` and
 ``cfg.ricap_beta`` (torchvision.transforms.v2's ``MixUp``/``CutMix``; RICAP: Takahashi et al.
 2018, :func:`raysearch.training.data.ricap.ricap_patches`); :func:`raysearch.training.run.fit`
 trains on the mixed batch with the objective of its module docstring (**MixUp / CutMix**).
-:mod:`raysearch.training.run` re-exports every name here.
 
 Imports (lazily) only :mod:`raysearch.training.data.ricap` of the package (and
-:mod:`raysearch.config`
-for type hints); never :mod:`raysearch.training.run`.
+:mod:`raysearch.config` for type hints); never :mod:`raysearch.training.run`.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ if TYPE_CHECKING:
     from raysearch.config import RunConfig
 
 
-def _make_mixer(
+def make_mixer(
     cfg: RunConfig, num_classes: int
 ) -> Callable[[Tensor, Tensor], tuple[Tensor, Tensor, Tensor]] | None:
     """MixUp/CutMix from torchvision.transforms.v2 as ``mix(x, y) -> (x_mixed, lam, y_partner)``.
@@ -47,7 +45,7 @@ def _make_mixer(
         parts.append(v2.MixUp(alpha=mixup, num_classes=num_classes))
     if cutmix > 0:
         parts.append(v2.CutMix(alpha=cutmix, num_classes=num_classes))
-    if ricap_beta > 0:  # RICAP: (x, weights (4,), labels (4, N)), see _train_pass
+    if ricap_beta > 0:  # RICAP: (x, weights (4,), labels (4, N)), see passes.train_pass
         from raysearch.training.data.ricap import ricap_patches
 
         parts.append(lambda x, y: ricap_patches(x, y, ricap_beta))

@@ -203,53 +203,71 @@ def shift_plot(
         named = frame["calibrator"].dropna() if "calibrator" in frame.columns else []
         calibrator = str(named.iloc[0]) if len(named) else "calibrated"
 
-    def values(column: str, severity: int) -> np.ndarray:
-        column_values = frame.loc[frame["severity"] == severity, column].to_numpy(dtype=float)
-        return column_values[np.isfinite(column_values)] * 100
-
     fig, (ax_ece, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
     panels = ((ax_ece, "ece", "ECE (%)"), (ax_acc, "accuracy", "accuracy (%)"))
     for ax, metric, label in panels:
-        series = [("uncalibrated", metric, "tab:blue")]
-        cal_column = f"{metric}_cal"
-        if has_cal and cal_column in frame.columns:
-            changed = not np.allclose(
-                frame[metric].to_numpy(float), frame[cal_column].to_numpy(float), equal_nan=True
-            )
-            if metric == "ece" or changed:
-                series.append((calibrator, cal_column, "tab:orange"))
-            else:
-                series = [(f"uncalibrated (= {calibrator})", metric, "tab:blue")]
-        width = 0.7 / len(series)
-        handles = []
-        for j, (name, column, color) in enumerate(series):
-            offset = (j - (len(series) - 1) / 2) * width
-            ax.boxplot(
-                [values(column, s) for s in severities],
-                positions=np.asarray(severities, dtype=float) + offset,
-                widths=width * 0.85,
-                patch_artist=True,
-                manage_ticks=False,
-                showmeans=True,
-                boxprops={"facecolor": color, "alpha": 0.6},
-                medianprops={"color": "black"},
-                meanprops={"marker": "o", "markerfacecolor": "white",
-                           "markeredgecolor": "black", "markersize": 4},
-                flierprops={"marker": ".", "markersize": 4},
-            )
-            handles.append(Patch(facecolor=color, alpha=0.6, edgecolor="black", label=name))
-        ax.set_xticks(severities)
-        ax.set_xticklabels(["clean" if s == 0 else str(s) for s in severities])
-        ax.set_xlim(min(severities) - 0.6, max(severities) + 0.6)
-        ax.set_xlabel("corruption severity")
-        ax.set_ylabel(label)
-        ax.grid(axis="y", alpha=0.3)
-        location = "upper left" if metric == "ece" else "lower left"
-        ax.legend(handles=handles, fontsize=8, loc=location)
+        series = _shift_series(frame, metric, calibrator, has_cal)
+        _shift_panel(ax, frame, severities, series, metric, label)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
+
+
+def _shift_series(frame: pd.DataFrame, metric: str, calibrator: str, has_cal: bool
+                  ) -> list[tuple[str, str, str]]:
+    """``(legend name, column, color)`` of each box series of one panel of :func:`shift_plot`.
+
+    The calibrated column of ECE always; of accuracy only where the calibrator changes it (else
+    one series, named for both).
+    """
+    series = [("uncalibrated", metric, "tab:blue")]
+    cal_column = f"{metric}_cal"
+    if has_cal and cal_column in frame.columns:
+        changed = not np.allclose(
+            frame[metric].to_numpy(float), frame[cal_column].to_numpy(float), equal_nan=True
+        )
+        if metric == "ece" or changed:
+            series.append((calibrator, cal_column, "tab:orange"))
+        else:
+            series = [(f"uncalibrated (= {calibrator})", metric, "tab:blue")]
+    return series
+
+
+def _shift_panel(ax: plt.Axes, frame: pd.DataFrame, severities: list[int],
+                 series: list[tuple[str, str, str]], metric: str, label: str) -> None:
+    """One panel of :func:`shift_plot`: side-by-side box plots per severity, in percent."""
+
+    def values(column: str, severity: int) -> np.ndarray:
+        column_values = frame.loc[frame["severity"] == severity, column].to_numpy(dtype=float)
+        return column_values[np.isfinite(column_values)] * 100
+
+    width = 0.7 / len(series)
+    handles = []
+    for j, (name, column, color) in enumerate(series):
+        offset = (j - (len(series) - 1) / 2) * width
+        ax.boxplot(
+            [values(column, s) for s in severities],
+            positions=np.asarray(severities, dtype=float) + offset,
+            widths=width * 0.85,
+            patch_artist=True,
+            manage_ticks=False,
+            showmeans=True,
+            boxprops={"facecolor": color, "alpha": 0.6},
+            medianprops={"color": "black"},
+            meanprops={"marker": "o", "markerfacecolor": "white",
+                       "markeredgecolor": "black", "markersize": 4},
+            flierprops={"marker": ".", "markersize": 4},
+        )
+        handles.append(Patch(facecolor=color, alpha=0.6, edgecolor="black", label=name))
+    ax.set_xticks(severities)
+    ax.set_xticklabels(["clean" if s == 0 else str(s) for s in severities])
+    ax.set_xlim(min(severities) - 0.6, max(severities) + 0.6)
+    ax.set_xlabel("corruption severity")
+    ax.set_ylabel(label)
+    ax.grid(axis="y", alpha=0.3)
+    location = "upper left" if metric == "ece" else "lower left"
+    ax.legend(handles=handles, fontsize=8, loc=location)
 
 
 #: ImageNet normalisation of the segmentation transforms, undone to show the images.

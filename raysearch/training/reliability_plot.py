@@ -119,55 +119,10 @@ def reliability_diagram(
     small, medium = _font(10 * s), _font(11 * s)
     upper, lower = (tuple(s * v for v in box) for box in panels(title=bool(title)))
     left, right, top = upper[0], upper[2], upper[1]
-
-    def x_of(value: float, box: tuple[int, int, int, int]) -> float:
-        return box[0] + value * (box[2] - box[0])
-
-    def y_of(value: float, box: tuple[int, int, int, int], span: float = 1.0) -> float:
-        return box[3] - value / span * (box[3] - box[1])
-
-    # accuracy bars, then the gap to each bin's confidence shaded (translucent red)
-    filled = (counts_ > 0) & np.isfinite(acc)
-    for lo, hi, a in zip(edges_[:-1][filled], edges_[1:][filled], acc[filled], strict=True):
-        draw.rectangle((x_of(lo, upper), y_of(a, upper), x_of(hi, upper), upper[3]), fill=_BLUE,
-                       outline=_BLACK, width=s)
-    gap = filled & np.isfinite(conf)
-    for lo, hi, a, c in zip(edges_[:-1][gap], edges_[1:][gap], acc[gap], conf[gap],
-                               strict=True):
-        # red at 35% over the bar (a > c: the gap lies inside it) or over white (a < c)
-        under = _BLUE if a > c else _WHITE
-        box = (x_of(lo, upper), y_of(max(a, c), upper), x_of(hi, upper), y_of(min(a, c), upper))
-        draw.rectangle(box, fill=_blend(_RED, under, 0.35), outline=_RED, width=s)
-    # the diagonal of perfect calibration, dashed
-    dashes = 40
-    for k in range(0, dashes, 2):
-        a, b = k / dashes, (k + 1) / dashes
-        draw.line((x_of(a, upper), y_of(a, upper), x_of(b, upper), y_of(b, upper)),
-                  fill=_BLACK, width=s)
-    # the share of the samples per bin
-    share = counts_ / max(counts_.sum(), 1.0)
-    span = _nice_top(float(share.max())) if share.max() > 0 else 1.0
-    for lo, hi, v in zip(edges_[:-1], edges_[1:], share, strict=True):
-        if v > 0:
-            draw.rectangle((x_of(lo, lower), y_of(v, lower, span), x_of(hi, lower), lower[3]),
-                           fill=_GRAY, outline=_BLACK, width=s)
-    # frames, ticks and labels
-    for box in (upper, lower):
-        draw.rectangle(box, outline=_BLACK, width=s)
-    ticks = [i / 5 for i in range(6)]
-    for t in ticks:
-        for box in (upper, lower):
-            x = x_of(t, box)
-            draw.line((x, box[3], x, box[3] + 4 * s), fill=_BLACK, width=s)
-        draw.text((x_of(t, lower), lower[3] + 6 * s), f"{t:.1f}", fill=_BLACK, font=small,
-                  anchor="ma")
-        y = y_of(t, upper)
-        draw.line((upper[0] - 4 * s, y, upper[0], y), fill=_BLACK, width=s)
-        draw.text((upper[0] - 6 * s, y), f"{t:.1f}", fill=_BLACK, font=small, anchor="rm")
-    for t in (0.0, span / 2, span):
-        y = y_of(t, lower, span)
-        draw.line((lower[0] - 4 * s, y, lower[0], y), fill=_BLACK, width=s)
-        draw.text((lower[0] - 6 * s, y), f"{t:g}", fill=_BLACK, font=small, anchor="rm")
+    _draw_bins(draw, upper, edges_, counts_, acc, conf, s)
+    _draw_diagonal(draw, upper, s)
+    span = _draw_shares(draw, lower, edges_, counts_, s)
+    _draw_axes(draw, upper, lower, span, small, s)
     draw.text(((left + right) / 2, height - 4 * s), "confidence", fill=_BLACK, font=medium,
               anchor="md")
     for label, box in (("accuracy", upper), ("share", lower)):
@@ -179,6 +134,77 @@ def reliability_diagram(
     path = Path(path)
     image.reduce(_SCALE).save(path, format="PNG", compress_level=1)
     return path
+
+
+_Box = tuple[int, int, int, int]
+
+
+def _x_of(value: float, box: _Box) -> float:
+    """The x pixel of `value` in [0, 1] on the horizontal axis of `box`."""
+    return box[0] + value * (box[2] - box[0])
+
+
+def _y_of(value: float, box: _Box, span: float = 1.0) -> float:
+    """The y pixel of `value` in [0, span] on the vertical axis of `box`."""
+    return box[3] - value / span * (box[3] - box[1])
+
+
+def _draw_bins(draw: ImageDraw.ImageDraw, upper: _Box, edges: np.ndarray, counts: np.ndarray,
+               acc: np.ndarray, conf: np.ndarray, s: int) -> None:
+    """The accuracy bars of the non-empty bins, then each bin's gap to its confidence in red."""
+    filled = (counts > 0) & np.isfinite(acc)
+    for lo, hi, a in zip(edges[:-1][filled], edges[1:][filled], acc[filled], strict=True):
+        draw.rectangle((_x_of(lo, upper), _y_of(a, upper), _x_of(hi, upper), upper[3]),
+                       fill=_BLUE, outline=_BLACK, width=s)
+    gap = filled & np.isfinite(conf)
+    for lo, hi, a, c in zip(edges[:-1][gap], edges[1:][gap], acc[gap], conf[gap], strict=True):
+        # red at 35% over the bar (a > c: the gap lies inside it) or over white (a < c)
+        under = _BLUE if a > c else _WHITE
+        box = (_x_of(lo, upper), _y_of(max(a, c), upper), _x_of(hi, upper),
+               _y_of(min(a, c), upper))
+        draw.rectangle(box, fill=_blend(_RED, under, 0.35), outline=_RED, width=s)
+
+
+def _draw_diagonal(draw: ImageDraw.ImageDraw, upper: _Box, s: int) -> None:
+    """The diagonal of perfect calibration, dashed (20 dashes)."""
+    dashes = 40
+    for k in range(0, dashes, 2):
+        a, b = k / dashes, (k + 1) / dashes
+        draw.line((_x_of(a, upper), _y_of(a, upper), _x_of(b, upper), _y_of(b, upper)),
+                  fill=_BLACK, width=s)
+
+
+def _draw_shares(draw: ImageDraw.ImageDraw, lower: _Box, edges: np.ndarray, counts: np.ndarray,
+                 s: int) -> float:
+    """Each bin's share of the samples as gray bars; returns the top of the share axis."""
+    share = counts / max(counts.sum(), 1.0)
+    span = _nice_top(float(share.max())) if share.max() > 0 else 1.0
+    for lo, hi, v in zip(edges[:-1], edges[1:], share, strict=True):
+        if v > 0:
+            draw.rectangle((_x_of(lo, lower), _y_of(v, lower, span), _x_of(hi, lower), lower[3]),
+                           fill=_GRAY, outline=_BLACK, width=s)
+    return span
+
+
+def _draw_axes(draw: ImageDraw.ImageDraw, upper: _Box, lower: _Box, span: float,
+               font: ImageFont.ImageFont, s: int) -> None:
+    """The frames of both panels, their ticks and tick labels (share axis up to `span`)."""
+    for box in (upper, lower):
+        draw.rectangle(box, outline=_BLACK, width=s)
+    ticks = [i / 5 for i in range(6)]
+    for t in ticks:
+        for box in (upper, lower):
+            x = _x_of(t, box)
+            draw.line((x, box[3], x, box[3] + 4 * s), fill=_BLACK, width=s)
+        draw.text((_x_of(t, lower), lower[3] + 6 * s), f"{t:.1f}", fill=_BLACK, font=font,
+                  anchor="ma")
+        y = _y_of(t, upper)
+        draw.line((upper[0] - 4 * s, y, upper[0], y), fill=_BLACK, width=s)
+        draw.text((upper[0] - 6 * s, y), f"{t:.1f}", fill=_BLACK, font=font, anchor="rm")
+    for t in (0.0, span / 2, span):
+        y = _y_of(t, lower, span)
+        draw.line((lower[0] - 4 * s, y, lower[0], y), fill=_BLACK, width=s)
+        draw.text((lower[0] - 6 * s, y), f"{t:g}", fill=_BLACK, font=font, anchor="rm")
 
 
 def _vertical_text(image: Image.Image, text: str, font: ImageFont.ImageFont,

@@ -1,18 +1,23 @@
 """The epoch loop of one training run (plain PyTorch; no Ray, no MLflow).
 
-:func:`fit` trains ``cfg.model`` on ``cfg.dataset`` with the loss ``cfg.method``:
+:func:`fit` trains the model ``cfg.model.name`` on the dataset ``cfg.data.name`` with the loss
+``cfg.loss.name`` (each with its ``params``):
 
-- **Optimiser**: SGD with ``cfg.lr``, ``cfg.momentum``, ``cfg.weight_decay`` (on every
-  parameter, biases included) and ``cfg.nesterov``; or, with ``cfg.optimizer == "adam"``, Adam
-  with ``cfg.lr``, betas (0.9, 0.999) and ``cfg.weight_decay``. ``cfg.head_lr`` puts the
-  classification head in its own group; ``cfg.pretrained`` loads weights first
-  (:func:`raysearch.training.models.pretrained.load_pretrained`) and ``cfg.freeze_backbone_epochs``
-  trains only the head for the first epochs.
-- **Schedule** (a ``LambdaLR`` stepped once per epoch; epoch e, 1-based, trains at
-  ``lr * factor(e - 1)``): ``cosine`` (default): ``(1 + cos(pi * (e - 1 - W) / (epochs - W))) / 2``
-  after W = ``cfg.warmup_epochs`` warm-up epochs; ``multistep``: ``lr_decay ** #{m in milestones:
-  m < e}`` (MbLS App. B: x0.1 after epochs 150 and 250); ``constant``: 1. Warm-up epochs
-  e <= W train at ``0.1 + 0.9 * (e - 1) / W`` of the schedule's value.
+- **Optimiser**: any ``torch.optim`` optimizer, named by ``cfg.optimizer.name`` (``sgd``, the
+  default, with momentum 0.9 unless set; ``adam``, ``adamw``, ``rmsprop``, ... or an import
+  string), built with ``cfg.optimizer.lr``, ``cfg.optimizer.weight_decay`` (on every parameter,
+  biases included) and the class's other keyword arguments in ``cfg.optimizer.params``
+  (``momentum``, ``nesterov``, ``betas``, ...; :mod:`raysearch.training.optim`).
+  ``cfg.model.head_lr`` puts the classification head in its own group; ``cfg.model.pretrained``
+  loads weights first (:func:`raysearch.training.models.pretrained.load_pretrained`) and
+  ``cfg.model.freeze_backbone_epochs`` trains only the head for the first epochs.
+- **Schedule** ``cfg.schedule.name`` (a ``LambdaLR`` stepped once per epoch; epoch e, 1-based,
+  trains at ``lr * factor(e - 1)``): ``cosine`` (default):
+  ``(1 + cos(pi * (e - 1 - W) / (epochs - W))) / 2`` after W = ``cfg.schedule.warmup_epochs``
+  warm-up epochs; ``multistep``: ``lr_decay ** #{m in milestones: m < e}`` with
+  ``cfg.schedule.lr_decay`` and ``cfg.schedule.milestones`` (MbLS App. B: x0.1 after epochs 150
+  and 250); ``constant``: 1. Warm-up epochs e <= W train at ``0.1 + 0.9 * (e - 1) / W`` of the
+  schedule's value.
 - **Batches**: the training split is reshuffled every epoch into mini-batches of
   ``cfg.batch_size`` (the last one may be smaller). The order of epoch e comes from a
   ``torch.Generator`` seeded with ``(cfg.seed, e)``, so it does not depend on earlier epochs and
@@ -20,11 +25,10 @@
   generator seeded from the same pair.
 - **Data**: a ``TensorDataset`` (digits) is moved to `device` once and batched by indexing; an
   in-memory image set (:class:`~raysearch.training.data.images.ImageTensorDataset`: CIFAR, SVHN,
-  MNIST,
-  ...) is moved to `device` once as uint8 and each batch is gathered, augmented (random crop +
-  flip) and normalised there, so the GPU never waits for a loader; any other map-style dataset
-  (ImageFolder trees) goes through a ``DataLoader`` with `num_workers` worker processes, pinned
-  memory on CUDA and non-blocking copies.
+  MNIST, ...) is moved to `device` once as uint8 and each batch is gathered, augmented (random
+  crop + flip) and normalised there, so the GPU never waits for a loader; any other map-style
+  dataset (ImageFolder trees) goes through a ``DataLoader`` with `num_workers` worker
+  processes, pinned memory on CUDA and non-blocking copies.
 - **Precision** (`precision`): ``"bf16"`` runs the training forward pass under
   ``torch.autocast(dtype=bfloat16)``; ``"fp32"`` does not; ``"auto"`` (default) is bf16 on CUDA
   and fp32 on the CPU. The loss is always computed in float32 on float32 logits (outside
@@ -53,7 +57,7 @@
   (gpus_per_trial)"), from the original error, after the run's tensors are dropped and the CUDA
   cache is emptied. The run is never retried with a smaller batch: that would silently change
   its configuration; in a sweep the trial fails with that line and the sweep goes on.
-- **Objectness losses**: when the built loss has the class attribute ``needs_objectness = True``
+- **Objectness losses**: when the built loss's ``side_inputs`` name ``objectness``
   (``als``), every epoch trains on freshly augmented crops of the training split with their
   objectness (:func:`raysearch.training.data.objectness.objectness_train_set`; digits: the ink box
   of each image as the object, random-resized crops with scale (0.5, 1) and no flip, see
@@ -106,12 +110,13 @@ runs the same training on every rank (``distributed=None``, the default, detects
   approximately. Random layers (dropout) and MixUp/CutMix (each rank mixes its own share)
   draw per rank and match one worker only in distribution.
 
-**Layout** (the package ``raysearch.training``): here the loop (:func:`fit`, its steps, the
-training passes); :mod:`~raysearch.training.run_parts` the data/model/loss builders,
+**Layout** (the package ``raysearch.training``): here the loop (:func:`fit` and its steps);
+:mod:`~raysearch.training.passes` the training passes over an epoch's batches,
+:mod:`~raysearch.training.run_parts` the data/model/loss builders,
 :mod:`~raysearch.training.run_weights` the pretrained/resumed weights, head lr, frozen backbone
 and schedule, :mod:`~raysearch.training.divergence` the divergence guard,
 :mod:`~raysearch.training.mixing` MixUp/CutMix/RICAP and :mod:`~raysearch.training.interleaving`
-the interleaved-training checks; all re-exported here.
+the interleaved-training checks.
 """
 
 from __future__ import annotations
@@ -119,7 +124,7 @@ from __future__ import annotations
 import copy
 import logging
 import random
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -127,20 +132,19 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from raysearch.losses._common import checked_targets
-from raysearch.training.divergence import _CHECK_EVERY as _CHECK_EVERY
+from raysearch.losses import checked_targets
 from raysearch.training.divergence import (
     OUT_OF_MEMORY,
+    Guard,
     OutOfMemoryRunError,
     free_device_memory,
     out_of_memory_error,
 )
-from raysearch.training.divergence import _Guard as _Guard
-from raysearch.training.interleaving import _NOT_INTERLEAVABLE as _NOT_INTERLEAVABLE
-from raysearch.training.interleaving import _check_interleavable as _check_interleavable
-from raysearch.training.interleaving import _interleave_fraction as _interleave_fraction
-from raysearch.training.interleaving import _interleave_split as _interleave_split
-from raysearch.training.interleaving import _term as _term
+from raysearch.training.interleaving import (
+    check_interleavable,
+    interleave_fraction,
+    interleave_split,
+)
 from raysearch.training.loop import (
     EVAL_BATCH_SIZE,
     PRECISIONS,
@@ -150,21 +154,19 @@ from raysearch.training.loop import (
     Source,
     TrainResult,
     evaluate,
-    numpy_logits,
-    predict_source,
     train_feed,
 )
-from raysearch.training.mixing import _make_mixer as _make_mixer
-from raysearch.training.models import output_logits
-from raysearch.training.run_parts import _component as _component
+from raysearch.training.mixing import make_mixer
+from raysearch.training.passes import train_pass, train_pass_interleaved
 from raysearch.training.run_parts import build_run_loss, build_run_model, load_run_data
-from raysearch.training.run_parts import check_run_model as check_run_model
-from raysearch.training.run_weights import _freeze_backbone as _freeze_backbone
-from raysearch.training.run_weights import _head_names as _head_names
-from raysearch.training.run_weights import _load_pretrained as _load_pretrained
-from raysearch.training.run_weights import _param_groups as _param_groups
-from raysearch.training.run_weights import _restore as _restore
-from raysearch.training.run_weights import lr_factor as lr_factor
+from raysearch.training.run_weights import (
+    freeze_backbone,
+    load_run_pretrained,
+    lr_factor,
+    restore_run,
+    run_head_names,
+    run_param_groups,
+)
 
 if TYPE_CHECKING:
     from raysearch.config import RunConfig
@@ -174,10 +176,6 @@ if TYPE_CHECKING:
 
 __all__ = ["EVAL_BATCH_SIZE", "PRECISIONS", "DivergedError", "EpochResult", "OutOfMemoryRunError",
            "TrainResult", "build_run_loss", "build_run_model", "evaluate", "fit", "load_run_data"]
-
-# the loop's pieces under the names earlier code and benchmarks import from here
-_Amp, _Source, _Dist, _predict_source, _numpy_logits = (Amp, Source, Dist, predict_source,
-                                                        numpy_logits)
 
 logger = logging.getLogger(__name__)
 
@@ -340,9 +338,9 @@ class _Run:
         optimizer: the optimiser over `net`'s parameter groups.
         scheduler: the ``LambdaLR`` of :func:`lr_factor`, stepped once per epoch.
         feed: the training batches of each epoch (:func:`raysearch.training.loop.train_feed`).
-        mixer: MixUp/CutMix/RICAP (:func:`_make_mixer`), or None.
+        mixer: MixUp/CutMix/RICAP (:func:`make_mixer`), or None.
         parts: interleaved training's (majority, held-out) training indices, or None.
-        head_names: parameter names of the classification head (:func:`_head_names`).
+        head_names: parameter names of the classification head (:func:`run_head_names`).
         val_source: the validation split on the device.
         ctx: what the task's evaluation needs.
         start_epoch: the first epoch to train, 1-based (after the resumed one).
@@ -413,15 +411,15 @@ def _setup(
     feed = train_feed(data, loss_fn, seed=cfg.seed, device=device, num_workers=num_workers)
     fraction, mixer = _check_training(cfg, task, loss_fn, feed.side_inputs, data.num_classes)
     if cfg.model.pretrained and resume is None:  # a resumed run loads its own checkpoint below
-        _load_pretrained(net, cfg.model.pretrained)
-    head_names = _head_names(net, cfg)
-    optimizer = build_optimizer(cfg.optimizer, _param_groups(net, cfg, head_names))
+        load_run_pretrained(net, cfg.model.pretrained)
+    head_names = run_head_names(net, cfg)
+    optimizer = build_optimizer(cfg.optimizer, run_param_groups(net, cfg, head_names))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg))
-    start_epoch, epoch_metrics = _restore(cfg, resume, net, optimizer, scheduler)
+    start_epoch, epoch_metrics = restore_run(cfg, resume, net, optimizer, scheduler)
     model = net if ddp is None else ddp.wrap(net)
     parts = None
     if fraction is not None:
-        parts = _interleave_split(feed.source.labels().cpu().numpy(), fraction, cfg.seed)
+        parts = interleave_split(feed.source.labels().cpu().numpy(), fraction, cfg.seed)
     ctx = EvalContext(data=data, cfg=cfg, amp=amp, ddp=ddp, num_workers=num_workers,
                       label=label, metric_fns=dict(metrics or {}))
     return _Run(cfg=cfg, data=data, task=task, amp=amp, ddp=ddp, model=model, net=net,
@@ -465,7 +463,7 @@ def _check_training(
 
     Returns:
         tuple: ``(fraction, mixer)``: the interleaved held-out fraction (None when training is
-        not interleaved) and the batch mixer of :func:`_make_mixer` (or None).
+        not interleaved) and the batch mixer of :func:`make_mixer` (or None).
 
     Raises:
         ValueError: as listed in :func:`fit` (interleaving, mixing, the task's own checks).
@@ -473,9 +471,9 @@ def _check_training(
     interleaved = bool(cfg.interleaved)
     fraction = None
     if interleaved:
-        _check_interleavable(loss_fn, cfg.loss.name, bool(side_inputs))
-        fraction = _interleave_fraction(cfg)
-    mixer = _make_mixer(cfg, num_classes)
+        check_interleavable(loss_fn, cfg.loss.name, bool(side_inputs))
+        fraction = interleave_fraction(cfg)
+    mixer = make_mixer(cfg, num_classes)
     task.check_training(side_inputs=side_inputs, interleaved=interleaved,
                         mixing=mixer is not None, method=cfg.loss.name)
     if mixer is not None and (side_inputs or interleaved):
@@ -485,8 +483,6 @@ def _check_training(
                          f"be combined with "
                          f"{what} (method {cfg.loss.name!r})")
     return fraction, mixer
-
-
 
 
 def _train_epoch(run: _Run, epoch: int) -> dict[str, float]:
@@ -501,11 +497,11 @@ def _train_epoch(run: _Run, epoch: int) -> dict[str, float]:
     cfg = run.cfg
     frozen = cfg.model.freeze_backbone_epochs
     if frozen:  # the head alone for the first `frozen` epochs, then everything
-        _freeze_backbone(run.net, run.head_names, epoch <= frozen)
+        freeze_backbone(run.net, run.head_names, epoch <= frozen)
     generator = torch.Generator().manual_seed(_epoch_seed(cfg.seed, epoch))
     augment = torch.Generator().manual_seed(_epoch_seed(cfg.seed, epoch) ^ _AUGMENT_SALT)
     run.model.train()
-    guard = _Guard(run.amp.device, run.optimizer, epoch, run.ddp)
+    guard = Guard(run.amp.device, run.optimizer, epoch, run.ddp)
     checked = run.feed.labels_checked(run.data.num_classes,
                                       getattr(run.loss_fn, "ignore_index", None))
     with checked_targets(checked):  # no per-batch target check (a host synchronisation)
@@ -517,18 +513,18 @@ def _train_epoch(run: _Run, epoch: int) -> dict[str, float]:
     return metrics
 
 
-def _train_batches(run: _Run, epoch: int, guard: _Guard, generator: torch.Generator,
+def _train_batches(run: _Run, epoch: int, guard: Guard, generator: torch.Generator,
                    augment: torch.Generator) -> dict[str, float]:
     """The training pass of :func:`_train_epoch` (interleaved or plain)."""
     cfg = run.cfg
     if run.parts is not None:
-        metrics = _train_pass_interleaved(
+        metrics = train_pass_interleaved(
             run.model, run.loss_fn, guard, run.feed.source, run.parts, cfg.batch_size,
             generator, augment, run.amp, ddp=run.ddp, label=run.ctx.label,
         )
     else:
         batches, n, side = run.feed.epoch(epoch, cfg.batch_size, generator, augment, run.ddp)
-        metrics = _train_pass(
+        metrics = train_pass(
             run.model, run.loss_fn, guard, batches, n, run.amp, side=side, mixer=run.mixer,
             ddp=run.ddp, ignore_index=run.data.ignore_index, label=run.ctx.label,
         )
@@ -572,138 +568,8 @@ def _finish(run: _Run, val_state: Any) -> TrainResult:
                            epochs_completed, run.start_epoch)
 
 
-
-
 #: Mixed into the epoch seed for the augmentation generator (independent of the batch order).
 _AUGMENT_SALT = 0x5EED_A5A5
-
-
-
-def _train_pass(
-    model: nn.Module,
-    loss_fn: nn.Module,
-    guard: _Guard,
-    batches: Iterator[tuple[Tensor, Tensor, Tensor]],
-    n: int,
-    amp: Amp,
-    *,
-    side: dict[str, Tensor] | None = None,
-    mixer: Callable[[Tensor, Tensor], tuple[Tensor, Tensor, Tensor]] | None = None,
-    ddp: Dist | None = None,
-    ignore_index: int | None = None,
-    label: str = "the model",
-) -> dict[str, float]:
-    """One pass over `batches`; returns ``train_loss`` and ``train_accuracy``.
-
-    For dense targets (segmentation masks) the accuracy is over the pixels whose label is not
-    `ignore_index`.
-
-    ``side`` holds per-sample keyword inputs of the loss (``objectness``, ``context``), indexed
-    like the dataset and passed batch by batch. With `mixer` the accuracy is against the
-    batch's own (unmixed) labels. With `ddp` the batches are this rank's shares
-    ``(x, y, index, n_batch)`` and the sums are all-reduced over the ranks.
-    """
-    loss_sum = torch.zeros((), dtype=torch.float64, device=amp.device)
-    correct = torch.zeros((), dtype=torch.int64, device=amp.device)
-    counted = torch.zeros((), dtype=torch.int64, device=amp.device)
-    for batch, (xb, yb, index, *rest) in enumerate(batches, start=1):
-        if mixer is not None and len(yb):
-            xb, lam, partner = mixer(xb, yb)
-            logits = _forward(model, xb, amp, label)
-            if partner.ndim == 2:  # RICAP: patch weights (4,), patch labels (4, N)
-                loss = sum(w * loss_fn(logits, t) for w, t in zip(lam.tolist(), partner,
-                                                                 strict=True) if w > 0)
-            else:
-                loss = lam * loss_fn(logits, yb) + (1 - lam) * loss_fn(logits, partner)
-        else:
-            logits = _forward(model, xb, amp, label)
-            if not len(yb):  # an empty DDP share: no loss, but the same collectives
-                loss = logits.sum() * 0.0
-            elif side:
-                loss = loss_fn(logits, yb, **{key: value[index] for key, value in side.items()})
-            else:
-                loss = loss_fn(logits, yb)
-        guard.step(loss, batch, share=(len(yb), rest[0]) if rest else None)
-        loss_sum += loss.detach().double() * len(yb)
-        hit = logits.detach().argmax(dim=1) == yb
-        if ignore_index is not None and yb.ndim > 1:  # dense targets: valid pixels only
-            valid = yb != ignore_index
-            correct += (hit & valid).sum()
-            counted += valid.sum()
-        else:
-            correct += hit.sum()
-            counted += hit.numel()
-    return _train_metrics(loss_sum, correct, n, ddp, counted=counted)
-
-
-def _train_metrics(
-    loss_sum: Tensor, correct: Tensor, n: int, ddp: Dist | None, counted: Tensor | None = None
-) -> dict[str, float]:
-    """``train_loss`` and ``train_accuracy`` from the sums of one epoch (all ranks' in DDP).
-
-    `counted` is the number of predictions the accuracy is over (pixels for dense targets);
-    None: `n`.
-    """
-    if ddp is not None:
-        loss_sum, correct = ddp.all_sum(loss_sum), ddp.all_sum(correct)
-        if counted is not None:
-            counted = ddp.all_sum(counted)
-    total = n if counted is None else max(int(counted.item()), 1)
-    return {"train_loss": loss_sum.item() / n, "train_accuracy": correct.item() / total}
-
-
-def _forward(model: nn.Module, x: Tensor, amp: Amp, label: str = "the model") -> Tensor:
-    """Training forward pass under the run's autocast; float32 logits for the loss.
-
-    The model may return the logits, a tuple whose first item is the logits, or a mapping with
-    ``logits`` (:func:`raysearch.training.models.output_logits`).
-    """
-    with amp.autocast():
-        logits = output_logits(model(amp.prepare(x)), model=label)
-    return logits.float()
-
-
-def _train_pass_interleaved(
-    model: nn.Module,
-    loss_fn: nn.Module,
-    guard: _Guard,
-    source: Source,
-    parts: tuple[np.ndarray | Tensor, np.ndarray | Tensor],
-    batch_size: int,
-    generator: torch.Generator,
-    augment: torch.Generator,
-    amp: Amp,
-    ddp: Dist | None = None,
-    label: str = "the model",
-) -> dict[str, float]:
-    """One interleaved epoch (App. B): primary on majority batches, then beta * secondary.
-
-    ``parts`` are the (majority, held-out) index tensors into the training split. Both parts
-    are reshuffled with ``generator`` (majority first); the batch number in error messages
-    counts through the whole epoch. With `ddp` each rank trains on its shares.
-    """
-    n = sum(len(part) for part in parts)
-    loss_sum = torch.zeros((), dtype=torch.float64, device=amp.device)
-    correct = torch.zeros((), dtype=torch.int64, device=amp.device)
-    beta = float(loss_fn.beta)
-    batch = 0
-    for term, part in zip(("primary", "secondary"), parts, strict=True):
-        part = torch.as_tensor(part)
-        order = part[torch.randperm(len(part), generator=generator)]
-        for xb, yb, _, *rest in source.batches(order, batch_size, augment, ddp):
-            batch += 1
-            logits = _forward(model, xb, amp, label)
-            if not len(yb):  # an empty DDP share: no loss, but the same collectives
-                loss = logits.sum() * 0.0
-            else:
-                loss = _term(loss_fn, logits, yb, term)
-            if term == "secondary":
-                loss = beta * loss
-            guard.step(loss, batch, f"{term} step, ", share=(len(yb), rest[0]) if rest else None)
-            loss_sum += loss.detach().double() * len(yb)
-            correct += (logits.detach().argmax(dim=1) == yb).sum()
-    return _train_metrics(loss_sum, correct, n, ddp)
-
 
 
 def _epoch_seed(seed: int, epoch: int) -> int:

@@ -5,7 +5,7 @@
 device to check it before a sweep) and :func:`build_run_loss` (the loss of ``cfg.loss``). Names
 of ``cfg`` resolve to objects given through the Python API (``components``) first, then to the
 registries of :mod:`raysearch.training.data`, :mod:`raysearch.training.models` and
-:mod:`raysearch.losses`. :mod:`raysearch.training.run` re-exports every name here.
+:mod:`raysearch.losses`.
 
 Imports (lazily) :mod:`raysearch.training.data`, :mod:`raysearch.training.models`,
 :mod:`raysearch.losses`, :mod:`raysearch.registry` and :mod:`raysearch.training.tasks` (and

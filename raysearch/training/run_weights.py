@@ -1,11 +1,11 @@
 """Where a run's weights start and how the optimiser steps them.
 
-Pretrained weights (:func:`_load_pretrained`), a resumed ``on_epoch`` state (:func:`_restore`),
-the classification head's parameter group (:func:`_head_names`, :func:`_param_groups`:
-``cfg.model.head_lr``), the frozen backbone of the first ``cfg.model.freeze_backbone_epochs``
-epochs (:func:`_freeze_backbone`) and the learning-rate schedule (:func:`lr_factor`, stepped once
-per epoch by a ``LambdaLR``). See :func:`raysearch.training.run.fit` (**Optimiser**, **Schedule**).
-:mod:`raysearch.training.run` re-exports every name here.
+Pretrained weights (:func:`load_run_pretrained`), a resumed ``on_epoch`` state
+(:func:`restore_run`), the classification head's parameter group (:func:`run_head_names`,
+:func:`run_param_groups`: ``cfg.model.head_lr``), the frozen backbone of the first
+``cfg.model.freeze_backbone_epochs`` epochs (:func:`freeze_backbone`) and the learning-rate
+schedule (:func:`lr_factor`, stepped once per epoch by a ``LambdaLR``). See
+:func:`raysearch.training.run.fit` (**Optimiser**, **Schedule**).
 
 Imports (lazily) only :mod:`raysearch.training.models.pretrained` of the package (and
 :mod:`raysearch.config` for type hints); never :mod:`raysearch.training.run`.
@@ -24,12 +24,13 @@ from torch import nn
 if TYPE_CHECKING:
     from raysearch.config import RunConfig
 
-__all__ = ["lr_factor"]
+__all__ = ["freeze_backbone", "load_run_pretrained", "lr_factor", "restore_run",
+           "run_head_names", "run_param_groups"]
 
 logger = logging.getLogger(__name__)
 
 
-def _load_pretrained(net: nn.Module, source: str) -> None:
+def load_run_pretrained(net: nn.Module, source: str) -> None:
     """Load pretrained weights into `net` (see :mod:`raysearch.training.models.pretrained`)."""
     from raysearch.training.models.pretrained import load_pretrained
 
@@ -38,7 +39,7 @@ def _load_pretrained(net: nn.Module, source: str) -> None:
                 info.sha256[:12], "; head replaced" if info.replaced_head else "")
 
 
-def _restore(
+def restore_run(
     cfg: RunConfig,
     resume: dict[str, Any] | None,
     net: nn.Module,
@@ -90,7 +91,7 @@ def lr_factor(cfg: RunConfig) -> Callable[[int], float]:
     return factor
 
 
-def _head_names(model: nn.Module, cfg: RunConfig) -> set[str]:
+def run_head_names(model: nn.Module, cfg: RunConfig) -> set[str]:
     """Parameter names of the classification head when the run treats it apart.
 
     That is with a head learning rate or a frozen backbone; empty otherwise.
@@ -102,7 +103,7 @@ def _head_names(model: nn.Module, cfg: RunConfig) -> set[str]:
     return set(head_parameter_names(model))
 
 
-def _param_groups(model: nn.Module, cfg: RunConfig, head: set[str]) -> list[dict[str, Any]]:
+def run_param_groups(model: nn.Module, cfg: RunConfig, head: set[str]) -> list[dict[str, Any]]:
     """Parameter groups: the head at ``model.head_lr`` (when set), the rest at ``lr``."""
     head_lr = cfg.model.head_lr
     if head_lr is None or not head:
@@ -112,7 +113,7 @@ def _param_groups(model: nn.Module, cfg: RunConfig, head: set[str]) -> list[dict
             {"params": [p for n, p in named if n in head], "lr": head_lr}]
 
 
-def _freeze_backbone(model: nn.Module, head: set[str], frozen: bool) -> None:
+def freeze_backbone(model: nn.Module, head: set[str], frozen: bool) -> None:
     """``requires_grad`` off for every parameter outside the head while `frozen`, else on.
 
     SGD skips parameters without a gradient: no update, no weight decay, no momentum.

@@ -7,7 +7,7 @@ import pytest
 
 from raysearch.calibration._autograd import value_and_derivatives
 from raysearch.calibration.objectives import build_objective
-from raysearch.calibration.temperature import _temperature_scaled
+from raysearch.calibration.temperature_fit import temperature_scaled
 
 # One sample, logits z = (1, 2, 3), label y = 0, K = 3.
 Z = np.array([[1.0, 2.0, 3.0]])
@@ -37,7 +37,7 @@ def test_nll_log_temperature_derivatives():
     # Var[z] = 0.4244045, so dL/ds = -1.5752104 and d2L/ds2 = 1.9996149.
     mean = float(P @ Z[0])
     var = float(P @ Z[0] ** 2) - mean**2
-    loss = _temperature_scaled(Z, Y, build_objective("nll"), None)
+    loss = temperature_scaled(Z, Y, build_objective("nll"), None)
     value, first, second = value_and_derivatives(loss, 0.0)
     assert value == pytest.approx(-math.log(P[0]), rel=1e-12)
     assert first == pytest.approx(-(mean - 1.0), rel=1e-12)

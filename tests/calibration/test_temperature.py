@@ -1,4 +1,4 @@
-"""Tests of raysearch.calibration.temperature (ts, ts_sbece, ets, cts) and the objectives."""
+"""Tests of raysearch.calibration.temperature (ts, ts_sbece, ets, cts), its fits and objectives."""
 
 import math
 import warnings
@@ -9,14 +9,15 @@ import pytest
 import torch
 
 from raysearch.calibration import fit_calibrator
-from raysearch.calibration.objectives import _grouped_sbece_numpy, build_objective
+from raysearch.calibration.objectives import build_objective
+from raysearch.calibration.sbece import grouped_sbece
 from raysearch.calibration.temperature import (
     ClassTemperatureScaling,
     EnsembleTemperatureScaling,
     TemperatureScaling,
-    _ScalarTemperatureProblem,
 )
-from raysearch.losses.soft_calibration import soft_binned_ece
+from raysearch.calibration.temperature_fit import ScalarTemperatureProblem
+from raysearch.losses.soft_binning import soft_binned_ece
 from raysearch.metrics import ece, nll, softmax
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "cifar_outputs"
@@ -187,7 +188,7 @@ class TestObjectiveGradients:
         # the row-statistics fast path of TS against autograd on d/d(log T)
         z, labels, coef = data
         objective = build_objective(name, **params)
-        problem = _ScalarTemperatureProblem(z, labels, objective, coef)
+        problem = ScalarTemperatureProblem(z, labels, objective, coef)
         value, grad = problem.value_and_grad(log_t)
         s = torch.tensor(log_t, dtype=torch.float64, requires_grad=True)
         log_p = torch.log_softmax(torch.from_numpy(z) * torch.exp(-s), dim=1)
@@ -199,7 +200,7 @@ class TestObjectiveGradients:
     @pytest.mark.parametrize("name", ["nll", "ls"])
     def test_temperature_curvature_matches_finite_difference(self, data, name):
         z, labels, _ = data
-        problem = _ScalarTemperatureProblem(z, labels, build_objective(name), None)
+        problem = ScalarTemperatureProblem(z, labels, build_objective(name), None)
         h = 1e-5
         _, _, second = problem.evaluate(0.3, curvature=True)
         numeric = (problem.value_and_grad(0.3 + h)[1] - problem.value_and_grad(0.3 - h)[1]) / (
@@ -219,7 +220,7 @@ def _sbece_numpy(conf, hits, **kwargs):
     """The NumPy twin on a single group."""
     settings = {"n_bins": 15, "temperature": 0.01, "p": 2.0, "binning": "bin", **kwargs}
     groups = np.zeros(len(conf), dtype=np.intp)
-    return _grouped_sbece_numpy(
+    return grouped_sbece(
         np.asarray(conf, dtype=np.float64), np.asarray(hits), groups, 1, *settings.values()
     )[0]
 
@@ -249,7 +250,7 @@ class TestSoftBinnedECE:
     def test_numpy_twin_matches_soft_binned_ece_per_group(self, binning, p):
         rng = np.random.default_rng(2)
         conf, hits, groups = rng.random(200), rng.random(200) < 0.6, rng.integers(0, 3, 200)
-        values = _grouped_sbece_numpy(conf, hits, groups, 3, 15, 0.01, p, binning)
+        values = grouped_sbece(conf, hits, groups, 3, 15, 0.01, p, binning)
         reference = [
             soft_binned_ece(
                 torch.from_numpy(conf[groups == g]),

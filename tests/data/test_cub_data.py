@@ -15,14 +15,8 @@ from PIL import Image
 from torchvision.transforms.v2 import functional as TF
 
 from raysearch.training.data import DatasetError, dataset_defaults, load_dataset
-from raysearch.training.data.cub import (
-    CUB_URL,
-    CUBImageDataset,
-    CUBObjectnessDataset,
-    cub_objectness_dataset,
-    cub_transforms,
-    load_cub200,
-)
+from raysearch.training.data.cub import CUB_URL, CUBImageDataset, cub_transforms, load_cub200
+from raysearch.training.data.cub_objectness import CUBObjectnessDataset, cub_objectness_dataset
 from raysearch.training.data.images import IMAGENET_MEAN, IMAGENET_STD
 from raysearch.training.data.objectness import _sample_seed
 

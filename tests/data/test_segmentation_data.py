@@ -14,6 +14,7 @@ import pytest
 import torch
 from PIL import Image
 from torch.utils.data import DataLoader
+from torchvision.transforms import v2
 
 import raysearch
 from raysearch.training.data import (
@@ -267,7 +268,7 @@ def test_training_transform_keeps_mask_aligned(tmp_path):
     _write_gray_png(tmp_path / "y.png", mask)
     transform = seg.segmentation_transforms(S, train=True)
     transform.transforms = [
-        t for t in transform.transforms if not isinstance(t, seg.v2.ColorJitter)
+        t for t in transform.transforms if not isinstance(t, v2.ColorJitter)
     ]
     ds = seg.SegmentationDataset(
         [(str(tmp_path / "x.png"), str(tmp_path / "y.png"))], transform, num_classes=5

@@ -27,6 +27,7 @@ from raysearch.training.data import (
     DatasetError,
     ImageFileDataset,
     ImageTensorDataset,
+    cifar,
     dataset_defaults,
     load_dataset,
     long_tail_counts,
@@ -166,12 +167,12 @@ def test_cifar_cache_reads_once_and_sees_changes(tmp_path):
     vision.clear_cache()
     first = load_dataset("cifar10", data_dir=tmp_path)
     load_dataset("cifar10", data_dir=tmp_path, seed=5)
-    assert vision._read_cifar.cache_info()[:2] == (1, 1)  # (hits, misses): read once
+    assert cifar._read_cifar.cache_info()[:2] == (1, 1)  # (hits, misses): read once
     _, _, _, new_test_x, *_ = write_cifar10(tmp_path / "new", seed=1)
     for f in (tmp_path / "new" / "cifar-10-batches-py").iterdir():
         f.replace(folder / f.name)  # other sizes/mtimes: the cache key changes
     changed = load_dataset("cifar10", data_dir=tmp_path)
-    assert vision._read_cifar.cache_info()[:2] == (1, 2)
+    assert cifar._read_cifar.cache_info()[:2] == (1, 2)
     np.testing.assert_array_equal(_pixels(changed.test), new_test_x.reshape(-1, 3, 32, 32))
     assert not torch.equal(changed.test.images, first.test.images)
 

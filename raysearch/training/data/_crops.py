@@ -1,11 +1,12 @@
 """Box/mask-aware random-resized crop and the objectness of a crop window.
 
-The crop primitives shared by :mod:`raysearch.training.data.objectness` (which re-exports the
-public ones) and :mod:`raysearch.training.data.cub`: :func:`rasterize_boxes`,
+The crop primitives shared by :mod:`raysearch.training.data.objectness` (whose API includes the
+public ones) and :mod:`raysearch.training.data.cub_objectness`: :func:`rasterize_boxes`,
 :class:`ObjectnessCrop` and its :class:`CropResult`, the per-sample seed of a crop and
 :class:`EpochCropDataset` (the ``set_epoch``/``__getitem__`` of both crop datasets). This module
-imports nothing from the package, so :mod:`raysearch.training.data.cub` never imports
-:mod:`raysearch.training.data.objectness` (which imports ``cub`` for the ``cub200`` training set).
+imports nothing from the package, so :mod:`raysearch.training.data.cub_objectness` never imports
+:mod:`raysearch.training.data.objectness` (which imports ``cub_objectness`` for the ``cub200``
+training set).
 
 Conventions (as in :mod:`raysearch.training.data.objectness`). Boxes are ``(x1, y1, x2, y2)`` in
 pixels with x along the width, half-open: the box ``(1, 0, 7, 8)`` covers columns 1..6 and rows

@@ -1,7 +1,8 @@
 """Shared helpers of the on-disk image loaders of :mod:`raysearch.training.data.vision`.
 
-What :mod:`raysearch.training.data.vision_arrays` (CIFAR, SVHN, MNIST/Fashion-MNIST) and
-:mod:`raysearch.training.data.vision_trees` (Tiny-ImageNet, ImageFolder trees) share: the decoded
+What :mod:`~raysearch.training.data.cifar`, :mod:`~raysearch.training.data.svhn`,
+:mod:`~raysearch.training.data.mnist` (array files) and
+:mod:`~raysearch.training.data.vision_trees` (Tiny-ImageNet, ImageFolder trees) share: the decoded
 official splits (``_RawImages``), the file stamps of the per-process caches, the ``data_dir``
 and download checks, and the split helpers (optional long tail, then the stratified validation
 carve of the official training split; :class:`~raysearch.training.data.DatasetSplits` of in-memory
@@ -35,6 +36,9 @@ from raysearch.training.data.splits import (
 )
 
 logger = logging.getLogger(__name__)
+
+#: Decoded datasets each loader keeps per process (``functools.lru_cache`` size).
+_IN_MEMORY_CACHE_SIZE = 4
 
 
 # --------------------------------------------------------------------------------------------

@@ -38,8 +38,8 @@ from torch import Tensor
 from torch.utils.data import TensorDataset
 from torchvision.transforms.v2 import functional as TF
 
-# The crop primitives live in the leaf module ``_crops`` (imported by ``cub`` too, which
-# ``objectness_train_set`` imports for cub200); they stay importable from here.
+# The crop primitives live in the leaf module ``_crops``, shared with ``cub_objectness`` (which
+# ``objectness_train_set`` imports for cub200); the public ones are part of this module's API.
 from raysearch.training.data._crops import (
     CropResult,
     EpochCropDataset,
@@ -316,7 +316,7 @@ def objectness_train_set(
             context_fraction=context_fraction,
         )
     if splits.name == "cub200":  # file-backed crops with the boxes of bounding_boxes.txt
-        from raysearch.training.data.cub import cub_objectness_dataset
+        from raysearch.training.data.cub_objectness import cub_objectness_dataset
 
         if transform is not None:
             raise ValueError("cub200 uses MbLS's fixed-size random crop; `transform` must be None")

@@ -2,7 +2,7 @@
 
 :func:`load_segfolder` (registered in :mod:`raysearch.training.data` as ``segfolder``) and its
 folder checks; the layout (:data:`SEGFOLDER_LAYOUT`) and the splits are described in
-:mod:`raysearch.training.data.segmentation`, which re-exports every name of this module.
+:mod:`raysearch.training.data.segmentation`, which gathers the public names of this module.
 
 Imports: :mod:`raysearch.training.data.segmentation_common` and
 :mod:`raysearch.training.data.splits` only; never :mod:`raysearch.training.data.segmentation` (which

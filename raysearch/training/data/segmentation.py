@@ -69,9 +69,8 @@ of VOC with the SBD list. One thread: PNG decoding holds the GIL, threads did no
 sweep's driver does it once, before Ray starts; trials load without it.
 
 Modules. This module holds the PASCAL VOC 2012 loader (:func:`load_voc`, :func:`voc_palette`,
-the ``VOC_*`` constants) and re-exports every name of the other two, so that each is importable
-from here as before: :mod:`raysearch.training.data.segmentation_common` (the transforms, mask
-reading,
+the ``VOC_*`` constants) and gathers the public names of the other two:
+:mod:`raysearch.training.data.segmentation_common` (the transforms, mask reading,
 :class:`SegmentationDataset`, :func:`verify_segmentation` and the helpers the loaders share)
 and :mod:`raysearch.training.data.segfolder` (:func:`load_segfolder`). Neither imports this module.
 
@@ -92,39 +91,28 @@ from pathlib import Path
 
 import numpy as np
 from torchvision.datasets import VisionDataset, VOCSegmentation
-from torchvision.transforms import v2 as v2  # re-exported: reached as ``segmentation.v2``
 
 from raysearch.training.data.objectness import VOC_CLASSES as _VOC_OBJECTS
-from raysearch.training.data.segfolder import _IMAGE_EXTENSIONS as _IMAGE_EXTENSIONS
-from raysearch.training.data.segfolder import SEGFOLDER_LAYOUT as SEGFOLDER_LAYOUT
-from raysearch.training.data.segfolder import _pair as _pair
-from raysearch.training.data.segfolder import _read_classes as _read_classes
-from raysearch.training.data.segfolder import _scan_files as _scan_files
-from raysearch.training.data.segfolder import load_segfolder as load_segfolder
-from raysearch.training.data.segmentation_common import _MASK_MODES as _MASK_MODES
-from raysearch.training.data.segmentation_common import COLOR_JITTER as COLOR_JITTER
-from raysearch.training.data.segmentation_common import DEFAULT_CROP_SIZE as DEFAULT_CROP_SIZE
-from raysearch.training.data.segmentation_common import IGNORE_INDEX as IGNORE_INDEX
-from raysearch.training.data.segmentation_common import SCALE_RANGE as SCALE_RANGE
-from raysearch.training.data.segmentation_common import PadToSize as PadToSize
-from raysearch.training.data.segmentation_common import SegmentationDataset as SegmentationDataset
-from raysearch.training.data.segmentation_common import _bad_values as _bad_values
-from raysearch.training.data.segmentation_common import _check_crop_size as _check_crop_size
-from raysearch.training.data.segmentation_common import _listing as _listing
-from raysearch.training.data.segmentation_common import _pct as _pct
-from raysearch.training.data.segmentation_common import _random_carve as _random_carve
-from raysearch.training.data.segmentation_common import _read_stems as _read_stems
-from raysearch.training.data.segmentation_common import _reject_unsupported as _reject_unsupported
-from raysearch.training.data.segmentation_common import _require_dir as _require_dir
-from raysearch.training.data.segmentation_common import _resolve_crop_size as _resolve_crop_size
-from raysearch.training.data.segmentation_common import _splits as _splits
-from raysearch.training.data.segmentation_common import _verify_one as _verify_one
-from raysearch.training.data.segmentation_common import logger as logger
-from raysearch.training.data.segmentation_common import read_mask as read_mask
+from raysearch.training.data.segfolder import SEGFOLDER_LAYOUT, load_segfolder
 from raysearch.training.data.segmentation_common import (
-    segmentation_transforms as segmentation_transforms,
+    COLOR_JITTER,
+    DEFAULT_CROP_SIZE,
+    IGNORE_INDEX,
+    SCALE_RANGE,
+    PadToSize,
+    SegmentationDataset,
+    _listing,
+    _pct,
+    _random_carve,
+    _read_stems,
+    _reject_unsupported,
+    _require_dir,
+    _resolve_crop_size,
+    _splits,
+    logger,
+    segmentation_transforms,
+    verify_segmentation,
 )
-from raysearch.training.data.segmentation_common import verify_segmentation as verify_segmentation
 from raysearch.training.data.splits import OFFICIAL_VAL_FRACTION, DatasetError, DatasetSplits
 
 __all__ = [
@@ -251,6 +239,54 @@ def _check_present(
                 )
 
 
+def _reject_voc_options(name: str, download: bool, imbalance_ratio: float | None, verify: bool,
+                        test_fraction: float | None) -> None:
+    """Refuse the loader options VOC has no use for (one-line DatasetError each)."""
+    if download:
+        raise DatasetError(
+            f"voc: raysearch does not download PASCAL VOC 2012; download {VOC_URL} (about 2 GB), "
+            f"extract it and pass the folder holding {VOC_LAYOUT} as --data-dir, without "
+            "--download"
+        )
+    _reject_unsupported(name, imbalance_ratio, verify)
+    if test_fraction is not None:
+        raise DatasetError(
+            f"voc tests on VOC's val.txt; `test_fraction` applies to digits and to folder "
+            f"datasets without their own test split (got test_fraction={test_fraction})"
+        )
+
+
+def _voc_lists(name: str, voc_root: Path, layout: str
+               ) -> tuple[str, str, list[str], list[str], int | None]:
+    """The training list, its mask folder, the training and test stems, and what SBD dropped.
+
+    The training list is ``train_aug.txt`` minus the stems of ``val.txt`` (masks in
+    ``SegmentationClassAug/``) when both exist, else ``train.txt`` (masks in
+    ``SegmentationClass/``); the test stems are those of ``val.txt``. The last item is the number
+    of ``train_aug.txt`` stems left out for being in ``val.txt``, or None without ``train_aug``.
+
+    Raises:
+        DatasetError: if a folder of the layout or a split file is missing or unreadable.
+    """
+    sets = voc_root / "ImageSets" / "Segmentation"
+    for folder in ("JPEGImages", "SegmentationClass", "ImageSets/Segmentation"):
+        if not (voc_root / folder).is_dir():
+            raise DatasetError(
+                f"voc: the folder {voc_root / folder}/ is missing; expected {layout}"
+            )
+    test_stems = _read_stems(name, sets / "val.txt", layout)
+    if not ((voc_root / "SegmentationClassAug").is_dir() and (sets / "train_aug.txt").is_file()):
+        train_stems = _read_stems(name, sets / "train.txt", layout)
+        return "train", "SegmentationClass", train_stems, test_stems, None
+    test_set = set(test_stems)
+    listed = _read_stems(name, sets / "train_aug.txt", layout)
+    train_stems = [s for s in listed if s not in test_set]
+    removed = len(listed) - len(train_stems)
+    if removed:
+        logger.info("voc: %d images of train_aug.txt are in val.txt: left out", removed)
+    return "train_aug", "SegmentationClassAug", train_stems, test_stems, removed
+
+
 def load_voc(
     *,
     seed: int,
@@ -299,43 +335,14 @@ def load_voc(
         ValueError: if `crop_size` < 1.
     """
     name = "voc"
-    if download:
-        raise DatasetError(
-            f"voc: raysearch does not download PASCAL VOC 2012; download {VOC_URL} (about 2 GB), "
-            f"extract it and pass the folder holding {VOC_LAYOUT} as --data-dir, without "
-            "--download"
-        )
-    _reject_unsupported(name, imbalance_ratio, verify)
-    if test_fraction is not None:
-        raise DatasetError(
-            f"voc tests on VOC's val.txt; `test_fraction` applies to digits and to folder "
-            f"datasets without their own test split (got test_fraction={test_fraction})"
-        )
+    _reject_voc_options(name, download, imbalance_ratio, verify, test_fraction)
     crop_size = _resolve_crop_size(crop_size)
     val_fraction = OFFICIAL_VAL_FRACTION if val_fraction is None else float(val_fraction)
     root = _require_dir(name, data_dir, VOC_LAYOUT)
     voc_root = _find_voc_root(root)
     layout = f"{voc_root}/{{JPEGImages/<id>.jpg, SegmentationClass/<id>.png, ImageSets/...}}"
-    sets = voc_root / "ImageSets" / "Segmentation"
-    for folder in ("JPEGImages", "SegmentationClass", "ImageSets/Segmentation"):
-        if not (voc_root / folder).is_dir():
-            raise DatasetError(
-                f"voc: the folder {voc_root / folder}/ is missing; expected {layout}"
-            )
-    test_stems = _read_stems(name, sets / "val.txt", layout)
-    use_aug = (voc_root / "SegmentationClassAug").is_dir() and (sets / "train_aug.txt").is_file()
-    if use_aug:
-        train_list, mask_dir = "train_aug", "SegmentationClassAug"
-        test_set = set(test_stems)
-        listed = _read_stems(name, sets / "train_aug.txt", layout)
-        train_stems = [s for s in listed if s not in test_set]
-        removed = len(listed) - len(train_stems)
-        if removed:
-            logger.info("voc: %d images of train_aug.txt are in val.txt: left out", removed)
-    else:
-        train_list, mask_dir = "train", "SegmentationClass"
-        train_stems = _read_stems(name, sets / "train.txt", layout)
-        removed = 0
+    train_list, mask_dir, train_stems, test_stems, removed = _voc_lists(name, voc_root, layout)
+    use_aug = removed is not None
     train_pairs = _voc_pairs(voc_root, train_list, mask_dir, train_stems)
     test_pairs = _voc_pairs(voc_root, "val", "SegmentationClass", test_stems)
     listings: dict[Path, set[str]] = {}

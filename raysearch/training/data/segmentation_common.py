@@ -7,8 +7,8 @@ and the helpers both loaders use (folder and split-file checks, the random valid
 ``_splits`` building the :class:`~raysearch.training.data.DatasetSplits`). The loaders are
 :func:`raysearch.training.data.segmentation.load_voc` and
 :func:`raysearch.training.data.segfolder.load_segfolder`; transforms, checks and splits are
-described in :mod:`raysearch.training.data.segmentation`, which re-exports every name of this
-module.
+described in :mod:`raysearch.training.data.segmentation`, which gathers the public names of
+this module.
 
 Imports: torch, torchvision, NumPy, PIL, scikit-learn and :mod:`raysearch.training.data.images` /
 :mod:`raysearch.training.data.splits` only; never a loader module (they import this one).

@@ -415,6 +415,67 @@ def _read_tree(tree: Path) -> tuple[list[str], list[str], list[int]]:
 # loader
 
 
+#: (groups, texts, labels (N,), (train, val, test) indices, info) of a split layout.
+_Messages = tuple[list[str], list[str], np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray],
+                  dict[str, Any]]
+
+
+def _split_bydate(
+    root: Path, trees: list[Path], *, seed: int, val_fraction: float | None,
+    test_fraction: float | None, imbalance_ratio: float | None,
+) -> _Messages:
+    """The bydate layout's messages: its test split, validation carved from its train split.
+
+    Raises:
+        DatasetError: if `test_fraction` is given or the two trees hold different groups.
+    """
+    if test_fraction is not None:
+        raise DatasetError(
+            f"{_NAME}: the bydate layout ({root}) has its own test split; `test_fraction` "
+            f"applies to the original 20_newsgroups tree only (got {test_fraction})"
+        )
+    groups, train_texts, train_labels = _read_tree(trees[0])
+    test_groups, test_texts, test_labels = _read_tree(trees[1])
+    if test_groups != groups:
+        only = sorted(set(groups) ^ set(test_groups))
+        raise DatasetError(
+            f"{_NAME}: {trees[0]} and {trees[1]} hold different groups "
+            f"(in one only: {', '.join(only)}); {_LAYOUTS}"
+        )
+    texts = train_texts + test_texts
+    labels = np.asarray(train_labels + test_labels, dtype=np.int64)
+    train, val, info = _train_val(
+        labels,
+        np.arange(len(train_texts)),
+        seed=seed,
+        val_fraction=val_fraction,
+        imbalance_ratio=imbalance_ratio,
+        num_classes=len(groups),
+        source="bydate train split",
+    )
+    test = np.arange(len(train_texts), len(texts), dtype=np.int64)
+    info["test_split"] = f"bydate test split ({len(test)} messages)"
+    return groups, texts, labels, (train, val, test), info
+
+
+def _split_original(
+    root: Path, trees: list[Path], *, seed: int, val_fraction: float | None,
+    test_fraction: float | None, imbalance_ratio: float | None,
+) -> _Messages:
+    """The original tree's messages, split by seed (:func:`original_split_indices`)."""
+    groups, texts, label_list = _read_tree(trees[0])
+    labels = np.asarray(label_list, dtype=np.int64)
+    train, val, test, info = original_split_indices(
+        labels,
+        seed=seed,
+        val_fraction=val_fraction,
+        test_fraction=test_fraction,
+        imbalance_ratio=imbalance_ratio,
+        num_classes=len(groups),
+    )
+    return groups, texts, labels, (train, val, test), info
+
+
 def load_newsgroups20(
     *,
     seed: int,
@@ -466,44 +527,11 @@ def load_newsgroups20(
         raise DatasetError(f"{_NAME}: `--data-dir` is required; {_LAYOUTS}")
     root = Path(data_dir).expanduser().absolute()
     layout, trees = _find_layout(root)
-    if layout == "bydate":
-        if test_fraction is not None:
-            raise DatasetError(
-                f"{_NAME}: the bydate layout ({root}) has its own test split; `test_fraction` "
-                f"applies to the original 20_newsgroups tree only (got {test_fraction})"
-            )
-        groups, train_texts, train_labels = _read_tree(trees[0])
-        test_groups, test_texts, test_labels = _read_tree(trees[1])
-        if test_groups != groups:
-            only = sorted(set(groups) ^ set(test_groups))
-            raise DatasetError(
-                f"{_NAME}: {trees[0]} and {trees[1]} hold different groups "
-                f"(in one only: {', '.join(only)}); {_LAYOUTS}"
-            )
-        texts = train_texts + test_texts
-        labels = np.asarray(train_labels + test_labels, dtype=np.int64)
-        train, val, info = _train_val(
-            labels,
-            np.arange(len(train_texts)),
-            seed=seed,
-            val_fraction=val_fraction,
-            imbalance_ratio=imbalance_ratio,
-            num_classes=len(groups),
-            source="bydate train split",
-        )
-        test = np.arange(len(train_texts), len(texts), dtype=np.int64)
-        info["test_split"] = f"bydate test split ({len(test)} messages)"
-    else:
-        groups, texts, label_list = _read_tree(trees[0])
-        labels = np.asarray(label_list, dtype=np.int64)
-        train, val, test, info = original_split_indices(
-            labels,
-            seed=seed,
-            val_fraction=val_fraction,
-            test_fraction=test_fraction,
-            imbalance_ratio=imbalance_ratio,
-            num_classes=len(groups),
-        )
+    split = _split_bydate if layout == "bydate" else _split_original
+    groups, texts, labels, (train, val, test), info = split(
+        root, trees, seed=seed, val_fraction=val_fraction, test_fraction=test_fraction,
+        imbalance_ratio=imbalance_ratio,
+    )
     vocabulary = fit_vocabulary((texts[i] for i in train), MAX_WORDS)
     logger.info(
         "%s: %d messages (%s layout), vocabulary of %d words from %d training messages",

@@ -1,8 +1,8 @@
 """Image datasets read from trees of image files: Tiny-ImageNet and ImageFolder trees.
 
-Loaders (registered in :mod:`raysearch.training.data` through :mod:`raysearch.training.data.vision`,
-which re-exports everything here): :func:`load_tiny_imagenet` (the extracted
-``tiny-imagenet-200.zip``, decoded once per process into uint8 tensors) and
+Loaders (registered in :mod:`raysearch.training.data` through
+:mod:`raysearch.training.data.vision`): :func:`load_tiny_imagenet` (the extracted
+``tiny-imagenet-200.zip``, decoded once per process into uint8 tensors; :func:`clear_cache`) and
 :func:`load_imagefolder` (``<class>/<image>`` trees of variable-size images, listed here and
 read per sample). See :mod:`raysearch.training.data.vision` for the conventions.
 
@@ -48,7 +48,7 @@ from raysearch.training.data.splits import (
 )
 
 __all__ = ["IMAGE_SIZE", "TINY_IMAGENET_MEAN", "TINY_IMAGENET_STD", "TINY_IMAGENET_URL",
-           "load_imagefolder", "load_tiny_imagenet"]
+           "clear_cache", "load_imagefolder", "load_tiny_imagenet"]
 
 #: Per-channel statistics in [0, 1] pixel units (of the training splits).
 TINY_IMAGENET_MEAN, TINY_IMAGENET_STD = (0.4802, 0.4481, 0.3975), (0.2770, 0.2691, 0.2821)
@@ -330,6 +330,31 @@ def _imagefolder_flat_tree(
     return classes, (train_ds, val_ds, test_ds), info
 
 
+def _imagefolder_tree(
+    name: str, root: Path, transforms: dict[bool, Any], seed: int,
+    val_fraction: float | None, test_fraction: float | None, imbalance_ratio: float | None,
+) -> _Tree:
+    """Classes, (train, val, test) and info of the tree's layout: ``train/`` + ``val/``, or flat.
+
+    Raises:
+        DatasetError: if only one of ``train/`` and ``val/`` exists, or `test_fraction` is
+            given for a ``train/`` + ``val/`` tree.
+    """
+    has_train, has_val = (root / "train").is_dir(), (root / "val").is_dir()
+    if not (has_train or has_val):
+        return _imagefolder_flat_tree(
+            name, root, transforms, seed, val_fraction, test_fraction, imbalance_ratio
+        )
+    if not (has_train and has_val):
+        raise DatasetError(
+            f"{name}: {root}/ has {'train/' if has_train else 'val/'} but no "
+            f"{'val/' if has_train else 'train/'}; a split tree needs both (val/ is the test "
+            "split), a flat tree has only class folders"
+        )
+    reject_test_fraction(f"{name} {root}/ (train/ + val/)", test_fraction)
+    return _imagefolder_split_tree(name, root, transforms, seed, val_fraction, imbalance_ratio)
+
+
 def load_imagefolder(
     *,
     seed: int,
@@ -396,22 +421,9 @@ def load_imagefolder(
             f"{name}: {root}/ is not a folder; expected an ImageFolder tree "
             "(<class>/<image>, or train/<class>/<image> + val/<class>/<image>)"
         )
-    has_train, has_val = (root / "train").is_dir(), (root / "val").is_dir()
-    if has_train or has_val:
-        if not (has_train and has_val):
-            raise DatasetError(
-                f"{name}: {root}/ has {'train/' if has_train else 'val/'} but no "
-                f"{'val/' if has_train else 'train/'}; a split tree needs both (val/ is the test "
-                "split), a flat tree has only class folders"
-            )
-        reject_test_fraction(f"{name} {root}/ (train/ + val/)", test_fraction)
-        classes, (train_ds, val_ds, test_ds), info = _imagefolder_split_tree(
-            name, root, transforms, seed, val_fraction, imbalance_ratio
-        )
-    else:
-        classes, (train_ds, val_ds, test_ds), info = _imagefolder_flat_tree(
-            name, root, transforms, seed, val_fraction, test_fraction, imbalance_ratio
-        )
+    classes, (train_ds, val_ds, test_ds), info = _imagefolder_tree(
+        name, root, transforms, seed, val_fraction, test_fraction, imbalance_ratio
+    )
     info = {"data_dir": str(root), **info}
     splits = DatasetSplits(
         train=train_ds,
@@ -429,3 +441,8 @@ def load_imagefolder(
         **info,
     }
     return splits
+
+
+def clear_cache() -> None:
+    """Drop this module's per-process cache of decoded Tiny-ImageNet files (frees their memory)."""
+    _read_tiny_imagenet.cache_clear()

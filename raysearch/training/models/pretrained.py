@@ -298,6 +298,69 @@ def _check_hash_in_name(path: str, sha256: str) -> None:
         )
 
 
+def _weights_file(weights: str | os.PathLike[str], download: bool
+                  ) -> tuple[str, str, str, dict[str, Tensor]]:
+    """``(source, path, sha256, state dict)`` of a checkpoint file or a torchvision weights name.
+
+    A weights name is read from torch.hub's cache (downloaded only with `download`) and its
+    file's SHA-256 is checked against the hash in its name (a warning when they differ).
+    """
+    source = os.fspath(weights)
+    if not os.path.exists(source) and _WEIGHTS_NAME.fullmatch(source):
+        source, path, state = _cached_weights(source, download=download)
+        sha256 = file_sha256(path)
+        _check_hash_in_name(path, sha256)
+    else:
+        path, state = source, read_state_dict(source)
+        sha256 = file_sha256(path)
+    return source, path, sha256, state
+
+
+def _fitting_tensors(model: nn.Module, state: dict[str, Tensor], replaceable: set[str], path: str
+                     ) -> tuple[dict[str, Tensor], list[str]]:
+    """The file's tensors that fit `model`, and the keys skipped (a replaceable head, ``aux``).
+
+    A key of `replaceable` (the head's class-score layer) whose shape differs only in dim 0 is
+    skipped; a segmentation model skips the file's ``aux_classifier.*``; BatchNorm
+    ``num_batches_tracked`` buffers may be absent from the file.
+
+    Raises:
+        ValueError: one line naming `path` and the first unexpected keys, missing keys and
+            shape mismatches.
+    """
+    expected = model.state_dict()
+    is_segmentation = getattr(model, "task", None) == "segmentation"
+    accepted: dict[str, Tensor] = {}
+    skipped: list[str] = []
+    unexpected: list[str] = []
+    shapes: list[str] = []
+    for key, value in state.items():
+        if key not in expected:
+            if is_segmentation and key.startswith("aux_classifier."):
+                skipped.append(key)
+            else:
+                unexpected.append(key)
+            continue
+        want = expected[key].shape
+        if value.shape == want:
+            accepted[key] = value
+        elif key in replaceable and value.dim() == len(want) and value.shape[1:] == want[1:]:
+            skipped.append(key)
+        else:
+            shapes.append(f"{key} {tuple(value.shape)} vs {tuple(want)}")
+    missing = [k for k in expected if k not in state and not k.endswith(".num_batches_tracked")]
+    raise_unfit(
+        f"pretrained weights in {path} do not fit {type(model).__name__}",
+        [
+            ("unexpected keys: ", unexpected),
+            ("missing keys: ", missing),
+            ("shape mismatches (file vs model): ", shapes),
+        ],
+        _keys,
+    )
+    return accepted, skipped
+
+
 def load_pretrained(
     model: nn.Module, weights: str | os.PathLike[str], *, download: bool = False
 ) -> PretrainedInfo:
@@ -347,52 +410,14 @@ def load_pretrained(
     A failed download raises what ``torch.hub.load_state_dict_from_url`` raises (e.g.
     ``urllib.error.URLError``).
     """
-    source = os.fspath(weights)
-    if not os.path.exists(source) and _WEIGHTS_NAME.fullmatch(source):
-        source, path, state = _cached_weights(source, download=download)
-        sha256 = file_sha256(path)
-        _check_hash_in_name(path, sha256)
-    else:
-        path, state = source, read_state_dict(source)
-        sha256 = file_sha256(path)
-
+    source, path, sha256, state = _weights_file(weights, download)
     head_name, head = _find_head(model)
     replaceable = {
         _join(layer, n)
         for layer in _output_layers(head_name, head)
         for n, _ in model.get_submodule(layer).named_parameters(recurse=False)
     }
-    expected = model.state_dict()
-    is_segmentation = getattr(model, "task", None) == "segmentation"
-
-    accepted: dict[str, Tensor] = {}
-    skipped: list[str] = []
-    unexpected: list[str] = []
-    shapes: list[str] = []
-    for key, value in state.items():
-        if key not in expected:
-            if is_segmentation and key.startswith("aux_classifier."):
-                skipped.append(key)
-            else:
-                unexpected.append(key)
-            continue
-        want = expected[key].shape
-        if value.shape == want:
-            accepted[key] = value
-        elif key in replaceable and value.dim() == len(want) and value.shape[1:] == want[1:]:
-            skipped.append(key)
-        else:
-            shapes.append(f"{key} {tuple(value.shape)} vs {tuple(want)}")
-    missing = [k for k in expected if k not in state and not k.endswith(".num_batches_tracked")]
-    raise_unfit(
-        f"pretrained weights in {path} do not fit {type(model).__name__}",
-        [
-            ("unexpected keys: ", unexpected),
-            ("missing keys: ", missing),
-            ("shape mismatches (file vs model): ", shapes),
-        ],
-        _keys,
-    )
+    accepted, skipped = _fitting_tensors(model, state, replaceable, path)
 
     result = model.load_state_dict(accepted, strict=False)
     left = [
