@@ -98,7 +98,8 @@ def workloads(root: Path) -> dict[str, dict]:
     weights = root / "resnet18.pt"
     torch.save(torchvision.models.resnet18(num_classes=1000).state_dict(), weights)
     runs["cub200-resnet18"] = {
-        "loss": {"name": "ce"}, "model": {"name": "torchvision:resnet18", "pretrained": str(weights)},
+        "loss": {"name": "ce"},
+        "model": {"name": "torchvision:resnet18", "pretrained": str(weights)},
         "data": {"name": "cub200", "dir": str(root / "cub"), "val_fraction": 0.25},
         "optimizer": {"name": "sgd", "lr": 0.01}, "epochs": 1, "batch_size": 4, "seed": 0}
     del np

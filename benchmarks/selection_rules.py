@@ -152,8 +152,8 @@ def _fit_one(key: str, seed: int) -> dict[str, Any]:
     from raysearch.training.run import DivergedError, fit
 
     spec = json.loads(key)
-    cfg = RunConfig(method=spec["method"], loss_params=dict(spec["loss_params"]),
-                    epochs=spec["epochs"], seed=seed, lr=spec["lr"])
+    cfg = RunConfig(loss={"name": spec["method"], "params": dict(spec["loss_params"])},
+                    optimizer={"lr": spec["lr"]}, epochs=spec["epochs"], seed=seed)
     t0 = time.perf_counter()
     try:
         metrics = fit(cfg, data=_DATA).metrics

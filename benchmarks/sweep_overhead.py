@@ -146,7 +146,9 @@ def scenario(space: str, trials: int, epochs: int, concurrency: int, seconds: fl
     import ray
 
     from raysearch import tracking
-    from raysearch.tune.engine import SweepSettings, init_ray, run_sweep
+    from raysearch.tune.cluster import init_ray
+    from raysearch.tune.engine import run_sweep
+    from raysearch.tune.settings import SweepSettings
 
     uri = f"sqlite:///{tmp}/bench.db"
     client, uri = tracking.get_client(uri)

@@ -74,7 +74,9 @@ def one_size(trials: int, epochs: int, space: str, concurrency: int) -> dict[str
     import ray
 
     from raysearch import tracking
-    from raysearch.tune.engine import SweepSettings, init_ray, run_sweep
+    from raysearch.tune.cluster import init_ray
+    from raysearch.tune.engine import run_sweep
+    from raysearch.tune.settings import SweepSettings
 
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)

@@ -25,7 +25,7 @@ _LAZY = {
     "DatasetSplits": "raysearch.training.data.splits",
     "DatasetError": "raysearch.training.data.splits",
     "RunConfig": "raysearch.config",
-    "SweepSettings": "raysearch.config",
+    "SweepSettings": "raysearch.tune.settings",
     "SweepResult": "raysearch.tune.engine",
     "sweep": "raysearch.api",
     "train": "raysearch.api",

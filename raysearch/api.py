@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raysearch.config import RunConfig
+from raysearch.config import RunConfig, sections_from_flat
+from raysearch.config.flat import deep_merge
 from raysearch.registry import object_label
 from raysearch.tune.settings import SweepSettings
 
@@ -84,9 +85,10 @@ def sweep(space: str | Path | Mapping[str, Any] | Any, *, model: Any = None,
             ``objective`` or the ``ece_metric``.
         progress: called with one line per finished trial and a few status lines (default:
             :func:`print`; None: the ``raysearch.tune.engine`` logger).
-        **settings: any field of :class:`~raysearch.config.SweepSettings`: ``num_samples``,
-            ``epochs``, ``max_concurrent``, ``objective``, ``tracking_uri``, ``experiment``,
-            ``name``, ``seed``, ``data_dir``, ``gpus_per_trial``, ...
+        **settings: any field of :class:`~raysearch.tune.settings.SweepSettings`:
+            ``num_samples``, ``epochs``, ``max_concurrent``, ``objective``, ``tracking_uri``,
+            ``experiment``, ``name``, ``seed``, ``data_dir``, ``model_params``, and the
+            resources' keys ``gpus_per_trial``, ``cpus_per_trial``, ...
 
     Returns:
         SweepResult: ``trials`` (a DataFrame: one row per trial with its params, final metrics,
@@ -168,8 +170,10 @@ def train(config: RunConfig | Mapping[str, Any] | str | Path, *, model: Any = No
         device: ``cpu``, ``cuda`` or ``cuda:N`` (default: a visible GPU, else the CPU).
         precision: ``auto``, ``bf16`` or ``fp32``.
         progress: called with one line per epoch.
-        **overrides: flat config keys that replace the config's (``epochs=3``, ``lr=0.1``,
-            ``model.hidden=...`` as ``**{"model.hidden": 64}``).
+        **overrides: values that replace the config's, as sections (``optimizer={"lr": 0.1}``,
+            ``model={"params": {"hidden": 64}}``, merged key by key), run fields
+            (``epochs=3``) or flat keys (``lr=0.1``, ``**{"model.hidden": 64}``), read by
+            :func:`raysearch.config.sections_from_flat`.
 
     Returns:
         TrainRun: the run id, the final metrics and the trained config. With the same config
@@ -198,14 +202,14 @@ def train(config: RunConfig | Mapping[str, Any] | str | Path, *, model: Any = No
     else:
         cfg = RunConfig.from_dict(config)
     components: dict[str, dict[str, Any]] = {}
-    flat = dict(overrides)
-    for key, value, kind in (("model", model, "models"), ("dataset", dataset, "datasets"),
-                             ("method", loss, "losses")):
+    updates = dict(overrides)
+    for section, value, kind in (("model", model, "models"), ("data", dataset, "datasets"),
+                                 ("loss", loss, "losses")):
         name = _name_of(value, kind, components)
         if name is not None:
-            flat[key] = name
-    if flat:
-        cfg = _override(cfg, flat)
+            updates = deep_merge(sections_from_flat(updates), {section: {"name": name}})
+    if updates:
+        cfg = _override(cfg, updates)
     specs = _metrics(metrics, components) if metrics is not None else tuple(exported)
     run_id, values = train_and_log(cfg, tracking_uri=tracking_uri, experiment=experiment,
                                    run_name=run_name, progress=progress, device=device,
@@ -215,21 +219,9 @@ def train(config: RunConfig | Mapping[str, Any] | str | Path, *, model: Any = No
     return TrainRun(run_id, values, cfg)
 
 
-def _override(cfg: RunConfig, flat: Mapping[str, Any]) -> RunConfig:
-    """`cfg` with flat keys replaced (section dicts merged key by key)."""
-    from raysearch.config import flat_to_sections
-
-    merged = cfg.to_dict()
-    for key, value in flat_to_sections(flat).items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            for sub, inner in value.items():
-                if isinstance(inner, dict) and isinstance(merged[key].get(sub), dict):
-                    merged[key][sub] = {**merged[key][sub], **inner}
-                else:
-                    merged[key][sub] = inner
-        else:
-            merged[key] = value
-    return RunConfig(**merged)
+def _override(cfg: RunConfig, values: Mapping[str, Any]) -> RunConfig:
+    """`cfg` with `values` (sections, run fields or flat keys) merged in, key by key."""
+    return RunConfig(**deep_merge(cfg.to_dict(), sections_from_flat(values)))
 
 
 def export(name: str, path: str | Path | None = None, *, tracking_uri: str | None = None,
@@ -306,7 +298,7 @@ def searcher(space: Any, *, metric: str | Sequence[str] = ("val_accuracy", "val_
     Returns:
         An ``OptunaSearch`` sampling the space's define-by-run function; a trial's config
         holds the space's names (``margin``, ``lr``, ``model.hidden``, ...), and
-        ``space.resolve(config)`` turns it into a :class:`~raysearch.config.RunConfig`. A
+        ``space.resolve(config)`` places it into a :class:`~raysearch.config.RunConfig`. A
         trial whose last result says ``completed: False`` is told to Optuna as pruned, one
         with ``diverged`` as failed.
     """
@@ -334,8 +326,7 @@ class Calibration:
 
     Attributes:
         report: the fitted calibrators' table (a
-        :class:`~raysearch.calibration.posthoc.CalibrationReport`);
-            None after a search.
+            :class:`~raysearch.calibration.posthoc.CalibrationReport`); None after a search.
         output_dir: the folder holding ``calibration.csv`` and the reliability diagrams; None
             after a search.
         run_id: the MLflow run the results were logged to (a search's parent run), or None.
@@ -407,46 +398,15 @@ def calibrate(source: str | Path, *, methods: str | Sequence[str] = "ts,ets,cts,
             an unknown calibrator or bad split settings, a search whose trials all failed.
         FileNotFoundError: if `source` is neither a file nor a run id.
     """
-    from raysearch.calibration.posthoc import calibrate_outputs, load_outputs
-    from raysearch.tracking.reports import percent, quiet_mlflow
-    from raysearch.training.reliability_plot import reliability_diagram
+    from raysearch.calibration.posthoc import calibrate_outputs
 
     say = progress or (lambda line: None)
     source = str(source)
-    path = Path(source)
-    client = None
-    if not path.exists() and _is_run_id(source):
-        from raysearch.tracking import get_client, trial_outputs
-
-        quiet_mlflow()
-        client, _ = get_client(tracking_uri)
-        outputs = trial_outputs(client, source)
-        if outputs is None:
-            raise ValueError(f"run {source} has no stored logits (logits.parquet)")
-        stem = f"run-{source[:8]}"
-    else:
-        outputs = load_outputs(path, allow_pickle=allow_pickle)
-        stem = path.stem
+    outputs, stem, client = _load_source(source, allow_pickle, tracking_uri)
     if search:
-        from raysearch.tune.posthoc_sweep import run_posthoc_sweep
-
-        quiet_mlflow()
-        result = run_posthoc_sweep(outputs, space=search, num_samples=num_samples,
-                                   seed=seed, fraction=fraction, holdout=holdout,
-                                   tracking_uri=tracking_uri, experiment=experiment,
-                                   n_bins=n_bins, progress=progress)
-        if result.selected is None:
-            raise ValueError("every post-hoc trial failed: nothing selected")
-        sel = result.selected
-        base = result.uncalibrated
-        say(f"\nselected: {result.best} (chosen on {result.split})")
-        say(f"evaluation part: ECE {percent(base.get('eval_ece'))} -> "
-            f"{percent(sel.get('eval_ece'))}, NLL {base.get('eval_nll', float('nan')):.4f}"
-            f" -> {sel.get('eval_nll', float('nan')):.4f}, accuracy "
-            f"{percent(base.get('eval_accuracy'))} -> {percent(sel.get('eval_accuracy'))}")
-        say(f"MLflow: sweep {result.name}, parent run {result.parent_run_id} "
-            f"({result.tracking_uri})")
-        return Calibration(run_id=result.parent_run_id, search=result)
+        return _search(outputs, search, num_samples=num_samples, seed=seed, fraction=fraction,
+                       holdout=holdout, tracking_uri=tracking_uri, experiment=experiment,
+                       n_bins=n_bins, progress=progress)
     if (log or tracking_uri) and client is None:
         from raysearch.tracking.runs import check_tracking_uri, resolve_tracking_uri
 
@@ -455,21 +415,12 @@ def calibrate(source: str | Path, *, methods: str | Sequence[str] = "ts,ets,cts,
                                classwise_scaling=classwise_scaling, fraction=fraction,
                                seed=seed, n_bins=n_bins)
     say(report.format_table())
-    out = Path(output_dir or f"calibrate-{stem}")
-    out.mkdir(parents=True, exist_ok=True)
-    report.to_frame().to_csv(out / "calibration.csv", index=False)
-    for row in report.rows:
-        if row.reliability is None:
-            continue
-        bins = row.reliability
-        ece_text = f"ECE {100 * row.metrics['ece']:.2f}%" if "ece" in row.metrics else ""
-        reliability_diagram(bins.edges, bins.counts, bins.accuracy, bins.confidence,
-                            out / f"reliability_{row.name.replace('+', '_')}.png",
-                            title=f"{stem}: {row.name}  {ece_text}")
+    out = _write_report(report, Path(output_dir or f"calibrate-{stem}"), stem)
     say(f"\nwrote {out}/calibration.csv and {len(report.rows)} reliability diagrams")
     run_id = None
     if log or tracking_uri:
         from raysearch.tracking import get_client, log_calibration_run
+        from raysearch.tracking.reports import quiet_mlflow
 
         quiet_mlflow()
         if client is None:
@@ -486,3 +437,62 @@ def calibrate(source: str | Path, *, methods: str | Sequence[str] = "ts,ets,cts,
             metrics=report.as_metrics("test"), folder=out)
         say(f"MLflow run {run_id} ({uri})")
     return Calibration(report=report, output_dir=out, run_id=run_id)
+
+
+def _load_source(source: str, allow_pickle: bool,
+                 tracking_uri: str | None) -> tuple[Any, str, Any]:
+    """(outputs, a short name for files, the MLflow client if `source` is a run id)."""
+    from raysearch.calibration.posthoc import load_outputs
+
+    path = Path(source)
+    if not path.exists() and _is_run_id(source):
+        from raysearch.tracking import get_client, trial_outputs
+        from raysearch.tracking.reports import quiet_mlflow
+
+        quiet_mlflow()
+        client, _ = get_client(tracking_uri)
+        outputs = trial_outputs(client, source)
+        if outputs is None:
+            raise ValueError(f"run {source} has no stored logits (logits.parquet)")
+        return outputs, f"run-{source[:8]}", client
+    return load_outputs(path, allow_pickle=allow_pickle), path.stem, None
+
+
+def _search(outputs: Any, search: str | Path, *, progress: Callable[[str], None] | None,
+            **options: Any) -> Calibration:
+    """A post-hoc sweep over `outputs` (:func:`raysearch.tune.posthoc_sweep.run_posthoc_sweep`)."""
+    from raysearch.tracking.reports import percent, quiet_mlflow
+    from raysearch.tune.posthoc_sweep import run_posthoc_sweep
+
+    say = progress or (lambda line: None)
+    quiet_mlflow()
+    result = run_posthoc_sweep(outputs, space=search, progress=progress, **options)
+    if result.selected is None:
+        raise ValueError("every post-hoc trial failed: nothing selected")
+    sel = result.selected
+    base = result.uncalibrated
+    say(f"\nselected: {result.best} (chosen on {result.split})")
+    say(f"evaluation part: ECE {percent(base.get('eval_ece'))} -> "
+        f"{percent(sel.get('eval_ece'))}, NLL {base.get('eval_nll', float('nan')):.4f}"
+        f" -> {sel.get('eval_nll', float('nan')):.4f}, accuracy "
+        f"{percent(base.get('eval_accuracy'))} -> {percent(sel.get('eval_accuracy'))}")
+    say(f"MLflow: sweep {result.name}, parent run {result.parent_run_id} "
+        f"({result.tracking_uri})")
+    return Calibration(run_id=result.parent_run_id, search=result)
+
+
+def _write_report(report: Any, out: Path, stem: str) -> Path:
+    """``calibration.csv`` and a reliability diagram per row into the folder `out`."""
+    from raysearch.training.reliability_plot import reliability_diagram
+
+    out.mkdir(parents=True, exist_ok=True)
+    report.to_frame().to_csv(out / "calibration.csv", index=False)
+    for row in report.rows:
+        if row.reliability is None:
+            continue
+        bins = row.reliability
+        ece_text = f"ECE {100 * row.metrics['ece']:.2f}%" if "ece" in row.metrics else ""
+        reliability_diagram(bins.edges, bins.counts, bins.accuracy, bins.confidence,
+                            out / f"reliability_{row.name.replace('+', '_')}.png",
+                            title=f"{stem}: {row.name}  {ece_text}")
+    return out

@@ -7,7 +7,8 @@ it accepts three spellings, resolved in this order:
 1. a **registered name** (``resnet20``, ``cifar10``, ``acls``, ``ts``): a built-in, or a name an
    installed package declares as an entry point in the group of that kind
    (:data:`ENTRY_POINT_GROUPS`: ``raysearch.models``, ``raysearch.datasets``,
-   ``raysearch.losses``, ``raysearch.calibrators``). Built-ins and plug-ins form one registry
+   ``raysearch.losses``, ``raysearch.calibrators``, ``raysearch.metrics``,
+   ``raysearch.optimizers``). Built-ins and plug-ins form one registry
    per kind; a name declared twice (a plug-in shadowing a built-in, or two plug-ins) is an error
    that names both sources, never a silent choice;
 2. an **import string** ``package.module:attr`` (``attr`` may be dotted, ``Outer.Inner``),

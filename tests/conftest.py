@@ -20,7 +20,7 @@ def ray_session():
     """One local Ray instance (2 CPUs) shared by every integration test."""
     import ray
 
-    from raysearch.tune.engine import init_ray, quiet_ray_env
+    from raysearch.tune.cluster import init_ray, quiet_ray_env
 
     quiet_ray_env()
     if not ray.is_initialized():

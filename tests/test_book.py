@@ -53,7 +53,7 @@ def test_a_write_queued_long_ago_runs_without_waiting(tmp_path, monkeypatch):
 def test_the_heap_of_a_sweep_is_frozen_while_tune_runs_and_given_back():
     import gc
 
-    from raysearch.tune.engine import frozen_heap
+    from raysearch.tune.heap import frozen_heap
 
     before = gc.get_freeze_count()
     kept = [object() for _ in range(10)]  # objects that exist when the sweep starts
@@ -71,7 +71,7 @@ def test_the_heap_of_a_sweep_is_frozen_while_tune_runs_and_given_back():
 def test_frozen_heap_blocks_nest_and_only_the_outermost_gives_the_heap_back():
     import gc
 
-    from raysearch.tune.engine import frozen_heap
+    from raysearch.tune.heap import frozen_heap
 
     before = gc.get_freeze_count()
     with frozen_heap():
@@ -92,8 +92,7 @@ def test_the_ends_imports_start_once_every_trial_started_and_one_ended(tmp_path)
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlruns.db'}")
     experiment = client.create_experiment("warm")
     parent = client.create_run(experiment).info.run_id
-    callback = MlflowSweepCallback(client, experiment, parent, "warm", space=None, overrides={},
-                                   total=2)
+    callback = MlflowSweepCallback(client, experiment, parent, "warm", configs=None, total=2)
     book = callback.book
     book.started["t1"] = time.monotonic()
     callback._warm_end()  # one of two trials started: the other will need a worker
@@ -101,7 +100,8 @@ def test_the_ends_imports_start_once_every_trial_started_and_one_ended(tmp_path)
     book.started["t2"] = time.monotonic()
     callback._warm_end()
     thread = book.warming
-    assert thread is not None and thread.name == "raysearch-warm"
+    assert thread is not None
+    assert thread.name == "raysearch-warm"
     thread.join(60.0)
     assert not thread.is_alive()
     assert {"raysearch.training.plots", "plotly.io"} <= set(sys.modules)

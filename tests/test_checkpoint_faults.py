@@ -3,7 +3,7 @@
 Real files, real ``tune.Checkpoint`` objects and, for the drills (marked slow), a real local Ray
 with a real MLflow SQLite store:
 
-- :func:`~raysearch.tune.trainable.resume_state` skips an unreadable ``state.pt`` (missing,
+- :func:`~raysearch.tune.checkpoints.resume_state` skips an unreadable ``state.pt`` (missing,
   truncated, corrupt) in one line naming the file, and falls back to the trial's newest
   readable older checkpoint folder, or to scratch;
 - the drill ``kill-in-checkpoint``: the first attempt leaves a torn ``state.pt`` in its next
@@ -29,8 +29,10 @@ from mlflow.tracking import MlflowClient
 from ray import tune
 
 from raysearch.config import RunConfig
-from raysearch.tune.engine import SweepSettings, run_sweep
-from raysearch.tune.trainable import load_state, resume_state, run_trial
+from raysearch.tune.checkpoints import load_state, resume_state
+from raysearch.tune.engine import run_sweep
+from raysearch.tune.settings import SweepSettings
+from raysearch.tune.trial_options import TrialOptions
 
 
 def _state_bytes(epoch: int) -> bytes:
@@ -111,14 +113,16 @@ def test_unreadable_older_checkpoints_are_passed_over_and_named(tmp_path):
 def test_an_unknown_fault_kind_is_refused_in_one_line():
     with pytest.raises(ValueError, match=r"^unknown fault_kind 'explode'; choose from raise, "
                                          r"kill-in-checkpoint, corrupt-checkpoint$"):
-        SweepSettings(fault_kind="explode").validate()
+        SweepSettings(fault_kind="explode")
     with pytest.raises(ValueError, match=r"needs one-process trials \(workers_per_trial 1\), "
                                          r"got 2$"):
-        SweepSettings(fault_kind="kill-in-checkpoint", workers_per_trial=2).validate()
-    SweepSettings(fault_kind="corrupt-checkpoint").validate()  # a known kind
-    # the trainable refuses it too, before it resolves its config
+        SweepSettings(fault_kind="kill-in-checkpoint", workers_per_trial=2)
+    SweepSettings(fault_kind="corrupt-checkpoint")  # a known kind
+    # the trial's options refuse it too, when they are made
     with pytest.raises(ValueError, match=r"^unknown fault_kind 'explode'"):
-        run_trial({}, space=None, overrides={}, fault_kind="explode")
+        TrialOptions(fault_kind="explode")
+    with pytest.raises(ValueError, match=r"needs a one-process trial \(workers 1\), got workers 2"):
+        TrialOptions(fault_kind="corrupt-checkpoint", workers=2)
 
 
 # -- the drills on a real Ray (slow: `python -m pytest -m slow tests/test_checkpoint_faults.py`) --

@@ -8,7 +8,7 @@ import yaml
 from click.testing import CliRunner
 
 from raysearch.cli.commands import main
-from raysearch.config import RunConfig
+from raysearch.config import RunConfig, sections_from_flat
 from raysearch.training.data import load_dataset
 from raysearch.training.run import build_run_model, fit, load_run_data
 from raysearch.tune.settings import SweepSettings
@@ -68,22 +68,28 @@ def test_an_export_of_the_flat_layout_still_loads(tmp_path):
     cfg.to_yaml(again)
     assert "loss_params" not in again.read_text()
     assert RunConfig.from_yaml(again) == cfg
-    # the old flat names still read (code written against them keeps working)
-    assert (cfg.method, cfg.lr, cfg.loss_params["margin"]) == ("acls", 0.05, 8.0)
+    # sections only: no flat alias is read from the config itself
+    for flat in ("method", "lr", "loss_params"):
+        assert not hasattr(cfg, flat)
 
 
-def test_sections_and_flat_keys_build_the_same_config():
-    flat = RunConfig(method="ls", loss_params={"epsilon": 0.1}, lr=0.2, optimizer="adamw",
-                     crop_size=64, dataset="voc", embeddings="g.txt")
+def test_the_flat_layout_is_read_at_the_edge_into_the_same_config():
+    flat = RunConfig.from_dict({"method": "ls", "loss_params": {"epsilon": 0.1}, "lr": 0.2,
+                                "optimizer": "adamw", "crop_size": 64, "dataset": "voc",
+                                "embeddings": "g.txt"})
     sections = RunConfig(loss={"name": "ls", "params": {"epsilon": 0.1}},
                          optimizer={"name": "adamw", "lr": 0.2},
                          data={"name": "voc", "params": {"crop_size": 64}},
                          model={"params": {"embeddings_path": "g.txt"}})
     assert flat == sections
-    dotted = RunConfig.from_flat({"method": "ls", "loss_params": {"epsilon": 0.1},
-                                  "optimizer": "adamw", "optimizer.lr": 0.2, "dataset": "voc",
-                                  "data.crop_size": 64, "model.embeddings_path": "g.txt"})
+    dotted = RunConfig(**sections_from_flat({
+        "method": "ls", "loss_params": {"epsilon": 0.1}, "optimizer": "adamw",
+        "optimizer.lr": 0.2, "dataset": "voc", "data.crop_size": 64,
+        "model.embeddings_path": "g.txt"}))
     assert dotted == flat
+    # the constructor itself takes sections only
+    with pytest.raises(ValueError, match=r"unknown run config key 'method'"):
+        RunConfig(**{"method": "ls"})
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -96,7 +102,7 @@ def test_sections_and_flat_keys_build_the_same_config():
 ])
 def test_config_errors_are_one_line(kwargs, message):
     with pytest.raises(ValueError, match=message) as err:
-        RunConfig(**kwargs)
+        RunConfig.from_dict(kwargs)
     assert "\n" not in str(err.value)
 
 
@@ -179,19 +185,19 @@ def test_sweep_settings_are_typed_and_take_resources_flat_or_in_a_section():
     flat = SweepSettings(cpus_per_trial=2, gpus_per_trial=0.5)
     section = SweepSettings(resources={"cpus_per_trial": 2, "gpus_per_trial": 0.5})
     assert flat == section
-    assert flat.cpus_per_trial == 2.0
+    assert flat.resources.cpus_per_trial == 2.0
+    assert not hasattr(flat, "cpus_per_trial")  # read through the section only
     assert SweepSettings.from_record(yaml.safe_load(yaml.safe_dump(flat.to_record()))) == flat
     with pytest.raises(ValueError, match="gpus_per_trial` above 1 must be a whole number"):
         SweepSettings(gpus_per_trial=1.5)
     with pytest.raises(ValueError, match=r"--objective val_brierr: the trials report no metric "
                                          r"val_brierr \(did you mean brier"):
-        SweepSettings(objective="val_brierr").validate()
+        SweepSettings(objective="val_brierr")  # checked when made
     assert SweepSettings(objective="val_brier").objective_metrics() == ("val_brier", "min")
     assert SweepSettings(objective="accuracy_ts").objective_metrics() == \
         ("val_accuracy_ts", "max")
     mine = SweepSettings(metrics=("mypkg.metrics:sharpness",), objective="sharpness:max",
                          ece_metric="sharpness")
-    mine.validate()
     assert mine.objective_metrics() == ("val_sharpness", "max")
     assert mine.ece_key == "val_sharpness"
 
@@ -205,3 +211,37 @@ def test_the_api_names_stay_callable_once_the_engine_is_imported():
     assert callable(raysearch.train)
     assert raysearch.SweepResult is raysearch.tune.engine.SweepResult
     assert raysearch.sweep.__module__ == "raysearch.api"
+
+
+def test_the_settings_model_and_data_params_reach_every_trial_once():
+    from raysearch.cli.commands import sweep
+    from raysearch.cli.options import sweep_settings
+    from raysearch.tune.spaces import TrialConfigs
+
+    # the command line parsed by click, as `raysearch sweep` parses it
+    ctx = sweep.make_context("sweep", ["ls", "--model-param", "hidden=37", "--model-param",
+                                       "depth=[1, 2]", "--data-param", "test_fraction=0.3",
+                                       "--seed", "4"])
+    options = {k: v for k, v in ctx.params.items() if k not in ("space", "resume", "dry_run")}
+    settings = sweep_settings(options)
+    assert settings.model_params == {"hidden": 37, "depth": [1, 2]}  # values read as YAML
+    assert settings.data_params == {"test_fraction": 0.3}
+    configs = TrialConfigs(space_from_dict({"method": "ls", "params": {"epsilon": 0.1}}, "s"),
+                           settings.config_overrides())
+    cfg = configs.resolve({"method": "ls"})
+    assert cfg.model.params == {"hidden": 37, "depth": [1, 2]}
+    assert cfg.data.params == {"test_fraction": 0.3}
+    assert (cfg.seed, cfg.loss.params) == (4, {"epsilon": 0.1})
+
+
+def test_a_sweep_recorded_with_dotted_overrides_resumes_with_them():
+    # the settings a sweep recorded before model_params/data_params and the resources section
+    record = {"num_samples": 3, "extra_overrides": {"model.hidden": 64, "data.n_features": 20},
+              "cpus_per_trial": 2.0, "gpus_per_trial": 0.5, "an_unknown_key": 1}
+    settings = SweepSettings.from_record(record)
+    assert settings.model_params == {"hidden": 64}
+    assert settings.data_params == {"n_features": 20}
+    assert (settings.resources.cpus_per_trial, settings.resources.gpus_per_trial) == (2.0, 0.5)
+    assert settings.config_overrides()["model"] == {"params": {"hidden": 64}}
+    again = SweepSettings.from_record(settings.to_record())
+    assert again == settings

@@ -17,9 +17,11 @@ import torch
 from raysearch.config import RunConfig
 from raysearch.training.data import load_dataset
 from raysearch.training.run import fit
-from raysearch.tune.trainable import COORDINATOR_MEMORY, LOGITS_FILE, trial_resources
+from raysearch.training.tasks import LOGITS_FILE
+from raysearch.tune.trainable import COORDINATOR_MEMORY, trial_resources
 
-RUN = {"method": "ce", "model": "cnn", "epochs": 2, "seed": 0, "batch_size": 64}
+RUN = {"loss": {"name": "ce"}, "model": {"name": "cnn"}, "epochs": 2, "seed": 0,
+       "batch_size": 64}
 
 
 def test_trial_resources_one_process_and_ddp():
@@ -95,7 +97,8 @@ def test_sweep_with_two_workers_per_trial(ray_session, tmp_path, sqlite_uri):
     import ray
     from mlflow.tracking import MlflowClient
 
-    from raysearch.tune.engine import SweepSettings, run_sweep
+    from raysearch.tune.engine import run_sweep
+    from raysearch.tune.settings import SweepSettings
 
     settings = SweepSettings(num_samples=1, max_concurrent=1, epochs=1, seed=0, name="ddp-sweep",
                              tracking_uri=sqlite_uri, storage_path=str(tmp_path / "ray"),

@@ -32,7 +32,8 @@ from mlflow.tracking import MlflowClient
 
 from raysearch.cli.commands import main
 from raysearch.config import RunConfig
-from raysearch.tune.engine import SweepSettings, run_sweep
+from raysearch.tune.engine import run_sweep
+from raysearch.tune.settings import SweepSettings
 
 pytestmark = pytest.mark.integration
 

@@ -40,6 +40,10 @@ SOFT = {"model": "wrn28_10", "epochs": 200, "batch_size": 512, "optimizer": "sgd
 
 # recipe -> (the values it must hold, the paper file, sentences of that paper giving them)
 CASES = {
+    "digits": ({"lr": {"type": "float", "low": 0.01, "high": 0.2, "log": True},
+                "momentum": 0.9, "weight_decay": 5e-4, "batch_size": 64, "epochs": 10},
+               "acls_adaptive_conditional_label_smoothing.md", [
+        "momentum of 0.1, 5e-4, and 0.9, respectively"]),
     "acls-cifar10": (SGD_CIFAR, "acls_adaptive_conditional_label_smoothing.md", [
         "We use network architectures of ResNet-50 and ResNet-101",
         "momentum of 0.1, 5e-4, and 0.9, respectively",
@@ -168,8 +172,9 @@ def test_sctl_long_tail_ratio_is_the_one_that_gives_its_sample_counts():
     (["acls"], "voc", "acls-voc"),
     (["ce"], "cifar10", "acls-cifar10"),   # a baseline: the first paper comparing with it
     (["ls", "mbls"], "cifar10", "mbls-cifar10"),  # an own method beats a baseline
-    (["mbls"], "digits", None),
+    (["mbls"], "digits", "digits"),  # names no method: every method's on digits
     (["acls"], "cub200", None),
+    (["acls"], "mypkg.data:load_table", None),
 ])
 def test_default_recipe(methods, dataset, expected):
     recipe, why = default_recipe(methods, dataset)
@@ -180,7 +185,7 @@ def test_default_recipe(methods, dataset, expected):
         assert "--recipe" in why
 
 
-def test_a_recipe_replaces_a_bundled_spaces_training_values():
+def test_a_bundled_space_trains_with_its_recipe():
     space = apply_recipe(load_space("mbls"), load_recipe("mbls-cifar10"))
     assert space.recipe == "mbls-cifar10"
     cfg = space.resolve(space.end_config("high"))
@@ -190,7 +195,7 @@ def test_a_recipe_replaces_a_bundled_spaces_training_values():
     assert cfg.data.val_fraction == 0.1
     assert set(space.searched()) == {"margin"}
     # the command line wins over the recipe
-    cfg = space.resolve(space.end_config("low"), epochs=3, model="resnet20")
+    cfg = space.resolve(space.end_config("low"), {"epochs": 3, "model": {"name": "resnet20"}})
     assert (cfg.epochs, cfg.model.name) == (3, "resnet20")
 
 
@@ -332,8 +337,10 @@ def test_dry_run_recipe_none_and_errors(dry_runs, tmp_path):
     plan = yaml.safe_load(stdout)
     assert plan["recipe"] is None
     assert "--recipe none" in plan["recipe_note"]
+    # no recipe: the run config's defaults, nothing but the loss searched
     assert plan["config"]["epochs"] == 10
-    assert plan["config"]["optimizer"]["lr"] == SEARCHED
+    assert plan["config"]["optimizer"]["lr"] == 0.05
+    assert set(plan["searched"]) == {"margin"}
     out = CliRunner().invoke(main, ["sweep", "mbls", "--dataset", "cifar10", "--data-dir",
                                     str(tmp_path / "nowhere"), "--dry-run"])
     assert out.exit_code == 2

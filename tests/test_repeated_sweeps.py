@@ -21,8 +21,9 @@ from PIL import Image
 from raysearch import tracking
 from raysearch.training import plots
 from raysearch.training.data import load_dataset
-from raysearch.tune.engine import CompletedOnlyOptunaSearch, SweepSettings, make_sampler
+from raysearch.tune.engine import CompletedOnlyOptunaSearch, make_sampler
 from raysearch.tune.searchers import RepeatedSearcher, mean_result
+from raysearch.tune.settings import SweepSettings
 from raysearch.tune.spaces import CONFIG_ID_KEY, SEED_INDEX_KEY, load_space
 
 OBJ = {"metric": ["val_accuracy", "val_ece"], "mode": ["max", "min"]}
@@ -117,10 +118,10 @@ def test_mean_result_averages_numbers_only():
 def test_seed_k_trains_with_seed_plus_k_on_the_split_of_the_seed():
     space = load_space("acls")
     flat = {"method": "acls", "margin": 8.0, "lambda1": 0.1, "lambda2": 0.01, "lr": 0.05}
-    first = space.resolve({**flat, CONFIG_ID_KEY: "t0", SEED_INDEX_KEY: 0}, seed=5)
-    third = space.resolve({**flat, CONFIG_ID_KEY: "t0", SEED_INDEX_KEY: 2}, seed=5)
-    assert (first.seed, first.data_seed, first.split_seed) == (5, None, 5)
-    assert (third.seed, third.data_seed, third.split_seed) == (7, 5, 5)
+    first = space.resolve({**flat, CONFIG_ID_KEY: "t0", SEED_INDEX_KEY: 0}, {"seed": 5})
+    third = space.resolve({**flat, CONFIG_ID_KEY: "t0", SEED_INDEX_KEY: 2}, {"seed": 5})
+    assert (first.seed, first.data.seed, first.split_seed) == (5, None, 5)
+    assert (third.seed, third.data.seed, third.split_seed) == (7, 5, 5)
     a = load_dataset("digits", seed=first.split_seed)
     b = load_dataset("digits", seed=third.split_seed)
     assert np.array_equal(a.test.tensors[1].numpy(), b.test.tensors[1].numpy())
@@ -130,11 +131,11 @@ def test_seed_k_trains_with_seed_plus_k_on_the_split_of_the_seed():
 def test_settings_validate_repeats_and_selection():
     assert SweepSettings(num_samples=4, repeats=3).trials == 12
     with pytest.raises(ValueError, match="repeats"):
-        SweepSettings(repeats=0).validate()
+        SweepSettings(repeats=0)
     with pytest.raises(ValueError, match="--repeats 2 or more"):
-        SweepSettings(selection="robust").validate()
+        SweepSettings(selection="robust")
     with pytest.raises(ValueError, match="unknown selection"):
-        SweepSettings(repeats=2, selection="median").validate()
+        SweepSettings(repeats=2, selection="median")
     rule = SweepSettings(repeats=3, selection="robust").selection_rule()
     assert rule.startswith("lowest mean + 1 SEM of val_ece over 3 seeds")
 

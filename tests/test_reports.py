@@ -1,6 +1,7 @@
 """How a trial reports to Tune: cadence of reports and checkpoints, and the epoch history.
 
-``_train_and_report`` is driven with a plain collecting `send` (what ``tune.report`` receives
+:class:`~raysearch.tune.trial_reports.TrialReports` is driven with a plain collecting `send`
+(what ``tune.report`` receives
 in a trial), on real digits training: the epochs a report leaves out travel in the next one
 (``epoch_history``), with the very metrics a report per epoch would have carried.
 """
@@ -13,14 +14,11 @@ import pytest
 import torch
 
 from raysearch.config import RunConfig
-from raysearch.tune.trainable import (
-    COMPLETED,
-    EPOCH_HISTORY,
-    RELIABILITY_PLOT,
-    InjectedFault,
-    _train_and_report,
-    load_state,
-)
+from raysearch.training.records import COMPLETED, EPOCH_HISTORY, RELIABILITY_PLOT
+from raysearch.tune.checkpoints import load_state
+from raysearch.tune.drills import InjectedFault
+from raysearch.tune.trial_options import TrialContext, TrialOptions
+from raysearch.tune.trial_reports import TrialReports
 
 EPOCHS = 5
 
@@ -37,11 +35,12 @@ def _reports(checkpoint_every, every_epoch=False, **extra):
         reports.append({"metrics": metrics, "files": names, "state": state, "last": last})
         return True
 
-    options = {"posthoc": (), "checkpoint_every": checkpoint_every,
-               "report_every_epoch": every_epoch, "precision": "fp32", "shift_set": None,
-               "fault_epoch": None, "trial_id": "t0", **extra}
+    # no report for want of time: what is reported does not depend on the machine's speed
+    options = TrialOptions(posthoc=(), checkpoint_every=checkpoint_every,
+                           report_every_epoch=every_epoch, precision="fp32",
+                           **{"report_seconds": 1e9, "checkpoint_seconds": 1e9, **extra})
     cfg = RunConfig(epochs=EPOCHS, seed=3)
-    _train_and_report(cfg, None, options, send=send, device=torch.device("cpu"), num_workers=0)
+    TrialReports(cfg, options, TrialContext(trial_id="t0"), send).run(torch.device("cpu"), 0)
     return reports
 
 
@@ -70,8 +69,8 @@ def test_every_epoch_when_a_scheduler_needs_it(every_epoch):
 
 
 def test_short_trial_reports_once_with_its_history(every_epoch):
-    # default cadence: a checkpoint per minute of training, a report at most every 10 s: a
-    # digits trial of a few seconds makes one report, its last, carrying epochs 1..4
+    # time-based cadence with no time passing (a digits trial of a few seconds against the
+    # default minute and 10 s): one report, its last, carrying epochs 1..4
     reports = _reports(None)
     assert len(reports) == 1
     final = reports[0]
@@ -107,10 +106,10 @@ def test_fault_drill_reports_its_epoch_first():
         reports.append(metrics)
         return True
 
-    options = {"posthoc": (), "checkpoint_every": None, "report_every_epoch": False,
-               "precision": "fp32", "shift_set": None, "fault_epoch": 3, "trial_id": "t0"}
+    options = TrialOptions(posthoc=(), precision="fp32", fault_epoch=3, report_seconds=1e9,
+                           checkpoint_seconds=1e9)
     with pytest.raises(InjectedFault):
-        _train_and_report(RunConfig(epochs=EPOCHS), None, options, send=send,
-                          device=torch.device("cpu"), num_workers=0)
+        TrialReports(RunConfig(epochs=EPOCHS), options, TrialContext(trial_id="t0"),
+                     send).run(torch.device("cpu"), 0)
     assert [r["epoch"] for r in reports] == [3]
     assert [e["epoch"] for e in reports[0][EPOCH_HISTORY]] == [1, 2]

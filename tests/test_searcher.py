@@ -46,7 +46,7 @@ def test_partial_trials_are_pruned_and_stay_off_optunas_front():
 
 
 def test_max_failures_default_and_the_settings_record(monkeypatch):
-    from raysearch.tune.engine import SweepSettings
+    from raysearch.tune.settings import SweepSettings
 
     monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR", raising=False)
     assert SweepSettings().resolved_max_failures() == 0
@@ -61,4 +61,4 @@ def test_max_failures_default_and_the_settings_record(monkeypatch):
     assert again == settings
     assert again.posthoc == ("ts", "ets")
     with pytest.raises(ValueError, match="max_failures"):
-        SweepSettings(max_failures=-1).validate()
+        SweepSettings(max_failures=-1)

@@ -12,6 +12,7 @@ import pytest
 
 from raysearch.config import TRAIN_KEYS, RunConfig
 from raysearch.losses import available_losses, build_loss
+from raysearch.tune.recipes import apply_recipe, default_recipe, load_recipe
 from raysearch.tune.spaces import (
     SearchSpace,
     SpaceError,
@@ -24,9 +25,21 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 SINGLE = ["ce", "ls", "focal", "flsd", "mbls", "acls", "ecp", "als", "sbece", "savuc", "avuc",
           "avuc_gs", "mmce", "mdca", "cpc", "crl"]
-# training keys every bundled file sets (interleaving is opt-in, left to its default)
-# the training keys every bundled space sets (the schedule and mixing keys keep their defaults)
-BUNDLED_TRAIN = {"epochs", "batch_size", "lr", "momentum", "weight_decay"}
+# the training keys the digits recipe sets (the schedule and mixing keys keep their defaults)
+DIGITS_TRAIN = {"epochs", "batch_size", "lr", "momentum", "weight_decay"}
+
+
+def _on_digits(name: str) -> SearchSpace:
+    """Bundled space `name` as a digits sweep trains it: with the recipe `digits`."""
+    return apply_recipe(load_space(name), load_recipe("digits"))
+
+
+def _with_default_recipe(name: str, dataset: str) -> SearchSpace:
+    """Bundled space `name` with the recipe a sweep on `dataset` takes by default."""
+    space = load_space(name)
+    recipe, _ = default_recipe(space.methods, dataset)
+    assert recipe is not None, (name, dataset)
+    return apply_recipe(space, recipe)
 
 
 def _ask(space: SearchSpace, seed: int = 0, sampler=None):
@@ -67,14 +80,17 @@ def test_available_spaces_lists_every_bundled_file():
 def test_text_spaces_follow_the_paper(name):
     import yaml
 
-    space = load_space(name)
+    assert not load_space(name).train_values("epochs")  # the protocol is the recipe's
+    space = _with_default_recipe(name, "newsgroups20")
+    assert space.recipe == "mbls-20ng"
     # MbLS App. B: GPool-CNN, Adam lr 1e-3 (ce: searched around it), 100 epochs, x0.1 after 50
     assert space.train_values("model") == ("gpool_cnn",)
     assert space.train_values("optimizer") == ("adam",)
     assert space.train_values("epochs") == (100,)
     assert space.train_values("milestones") == ("50",)
-    lr = space.train_values("lr")
+    lr = space.train_values("optimizer.lr") or space.train_values("lr")
     assert math.sqrt(lr[0] * lr[-1]) == pytest.approx(0.001)
+    assert (len(lr) == 2) == (name == "ng_ce")  # ce searches the lr: it has no loss parameter
     params = yaml.safe_load((Path(__file__).parents[1] / "search_spaces" /
                              f"{name}.yaml").read_text())["params"]
     for key, centre in TEXT[name].items():
@@ -88,16 +104,18 @@ def test_text_spaces_follow_the_paper(name):
 def test_segmentation_spaces_follow_the_papers(name):
     import yaml
 
-    space = load_space(name)
+    assert not load_space(name).train_values("epochs")  # the protocol is the recipe's
+    space = _with_default_recipe(name, "voc")
+    assert space.recipe in ("acls-voc", "mbls-voc")
     # MbLS App. B / ACLS Sec. 4.1: DeepLabV3-ResNet-50, SGD lr 1e-2 (ce: searched around it),
-    # batch 8, 100 epochs, lr / 10 at 40 and 80, 512 crops
+    # batch 8, 100 epochs, lr / 10 at 40 and 80 (crops of 512: the voc loader's default)
     assert space.train_values("model") == ("deeplabv3_resnet50",)
     assert space.train_values("batch_size") == (8,)
     assert space.train_values("epochs") == (100,)
     assert space.train_values("milestones") == ("40,80",)
-    assert space.train_values("crop_size") == (512,)
-    lr = space.train_values("lr")
+    lr = space.train_values("optimizer.lr") or space.train_values("lr")
     assert math.sqrt(lr[0] * lr[-1]) == pytest.approx(0.01)
+    assert (len(lr) == 2) == (name == "voc_ce")
     # every loss range is centred on the papers' setting (geometric centre of a log range)
     params = yaml.safe_load((Path(__file__).parents[1] / "search_spaces" /
                              f"{name}.yaml").read_text())["params"]
@@ -137,24 +155,20 @@ def test_missing_path_is_file_not_found(tmp_path):
 
 
 def test_bundled_ranges_follow_the_papers():
-    acls = load_space("acls")
+    acls = _on_digits("acls")
     flat = {"margin": 6.0, "lambda1": 0.1, "lambda2": 0.01, "lr": 0.1}
     config = acls.resolve(flat)
-    assert config.loss_params == {
+    assert config.loss.params == {
         "margin": 6.0,
         "lambda1": 0.1,
         "lambda2": 0.01,
         "variant": "official",
     }
-    assert (config.momentum, config.weight_decay, config.batch_size, config.epochs) == (
-        0.9,
-        5e-4,
-        64,
-        10,
-    )
-    flsd = load_space("flsd").resolve({"lr": 0.1})
-    assert flsd.loss_params == {"threshold": 0.2, "gamma_high": 5.0, "gamma_low": 3.0}
-    assert load_space("mbls").resolve({"margin": 10.0, "lr": 0.1}).loss_params["alpha"] == 0.1
+    assert (config.optimizer.params["momentum"], config.optimizer.weight_decay,
+            config.batch_size, config.epochs) == (0.9, 5e-4, 64, 10)
+    flsd = load_space("flsd").resolve({})
+    assert flsd.loss.params == {"threshold": 0.2, "gamma_high": 5.0, "gamma_low": 3.0}
+    assert load_space("mbls").resolve({"margin": 10.0}).loss.params["alpha"] == 0.1
 
 
 # --------------------------------------------------------------------------------------------
@@ -164,7 +178,7 @@ def test_bundled_ranges_follow_the_papers():
 
 @pytest.mark.parametrize("name", SINGLE)
 def test_define_by_run_returns_only_fixed_values(name):
-    space = load_space(name)
+    space = _on_digits(name)
     for seed in range(5):
         _, trial, fixed = _ask(space, seed=seed)
         assert fixed["method"] == name
@@ -179,7 +193,7 @@ def test_define_by_run_returns_only_fixed_values(name):
 
 
 def test_define_by_run_acls_ranges_and_names():
-    space = load_space("acls")
+    space = _on_digits("acls")
     values = {"margin": [], "lambda1": [], "lambda2": [], "lr": []}
     for seed in range(20):
         _, trial, fixed = _ask(space, seed=seed)
@@ -207,27 +221,31 @@ def test_define_by_run_acls_ranges_and_names():
 
 @pytest.mark.parametrize("name", SINGLE)
 def test_resolve_builds_a_run_config_whose_loss_builds(name):
-    space = load_space(name)
+    space = _on_digits(name)
     for seed in range(3):
         _, trial, fixed = _ask(space, seed=seed)
         flat = {**fixed, **trial.params, "seed": 7, "dataset": "digits", "ece_bins": 10}
-        config = space.resolve(flat, epochs=3)
+        config = space.resolve(flat, {"epochs": 3})
         assert isinstance(config, RunConfig)
-        assert config.method == name
+        assert config.loss.name == name
         assert config.epochs == 3  # override beats the fixed value
         assert (config.seed, config.ece_bins) == (7, 10)  # extras pass through
-        assert config.lr == trial.params["lr"]
-        build_loss(config.method, **config.loss_params)
+        assert config.optimizer.lr == trial.params["lr"]
+        build_loss(config.loss.name, **config.loss.params)
         params = space.plain_params(flat)
         assert params["method"] == name
-        assert set(params) == {"method", *config.loss_params, *BUNDLED_TRAIN}
+        assert set(params) == {"method", *config.loss.params, *DIGITS_TRAIN}
         assert "seed" not in params
 
 
-def test_resolve_ignores_none_overrides_and_rejects_unknown_keys():
-    space = load_space("focal")
+def test_resolve_places_the_suggestion_and_rejects_unknown_keys():
+    space = _on_digits("focal")
     flat = {"gamma": 2.0, "lr": 0.05}
-    assert space.resolve(flat, epochs=None).epochs == 10
+    assert space.resolve(flat).epochs == 10
+    # the settings' sections replace the space's values, key by key
+    config = space.resolve(flat, {"epochs": 4, "optimizer": {"params": {"nesterov": True}}})
+    assert (config.epochs, config.optimizer.lr) == (4, 0.05)
+    assert config.optimizer.params == {"momentum": 0.9, "nesterov": True}
     with pytest.raises(ValueError, match="unknown run-config key"):
         space.resolve({**flat, "bogus": 1})
     with pytest.raises(SpaceError, match="no sampled parameter 'gamma'"):
@@ -250,9 +268,9 @@ def test_all_samples_every_method_with_prefixed_names():
         assert "method" not in fixed
         assert not set(fixed) & set(trial.params)
         config = space.resolve({**fixed, **trial.params})
-        assert config.method == method
-        assert all("." not in k for k in config.loss_params)
-        build_loss(config.method, **config.loss_params)
+        assert config.loss.name == method
+        assert all("." not in k for k in config.loss.params)
+        build_loss(config.loss.name, **config.loss.params)
         plain = space.plain_params({**fixed, **trial.params})
         assert plain["method"] == method
         assert all("." not in k for k in plain)
@@ -302,7 +320,7 @@ def test_all_with_tpe_has_no_distribution_conflict(multivariate):
 
 
 def test_describe_lists_every_parameter():
-    text = load_space("all").describe()
+    text = _on_digits("all").describe()
     for name in ("method", "acls.margin", "acls.lambda1", "mbls.alpha", "ls.epsilon", "lr"):
         assert re.search(rf"^\s+{re.escape(name)}\s", text, re.M), name
     assert re.search(r"acls\.lambda1\s+float\s+\[0\.01, 0\.3\]\s+log", text)

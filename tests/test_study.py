@@ -142,7 +142,8 @@ def test_a_sweep_keeps_its_study_beside_the_mlflow_store(ray_session, tmp_path):
                        progress=lambda line: frozen.append(gc.get_freeze_count()))
     # the heap is frozen from the first line (said after the data are prepared, before any
     # MLflow write) to the last, and given back when the sweep returns (engine.frozen_heap)
-    assert len(frozen) >= 3 and min(frozen) > unfrozen
+    assert len(frozen) >= 3
+    assert min(frozen) > unfrozen
     assert gc.get_freeze_count() == unfrozen
     url = str(tmp_path / "optuna.log")
     assert (tmp_path / "optuna.log").is_file()

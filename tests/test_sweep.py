@@ -113,7 +113,7 @@ def test_child_metrics_per_epoch_and_test_metrics(acls_sweep):
         arts = [a.path for a in client.list_artifacts(child.info.run_id)]
         assert "reliability.png" in arts
         cfg = RunConfig.from_dict(json.loads(child.data.tags["raysearch.config"]))
-        assert cfg.method == "acls"
+        assert cfg.loss.name == "acls"
         assert cfg.epochs == EPOCHS
         # the dataset is an MLflow dataset input (the UI's "Dataset" column)
         (inp,) = child.inputs.dataset_inputs

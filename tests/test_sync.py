@@ -19,7 +19,8 @@ from mlflow.tracking import MlflowClient
 
 from raysearch.cli.commands import main
 from raysearch.tracking.reconcile import TrialRecords
-from raysearch.tune.engine import SweepSettings, run_sweep
+from raysearch.tune.engine import run_sweep
+from raysearch.tune.settings import SweepSettings
 
 
 def test_an_epoch_keeps_its_first_reported_value():

@@ -1,237 +1,37 @@
-"""The ``raysearch`` command: sweep, train, report, export, calibrate, reproduce, spaces.
+"""The ``raysearch`` command: sweep, train, report, compare, sync, export, calibrate, ui.
 
-A thin layer: parse options, call the public API, print. Bad input (ValueError,
-FileNotFoundError) becomes one line on stderr and exit code 2, without a traceback.
+A thin layer: each command parses its options (:mod:`raysearch.cli.options`), calls one
+function of the Python API (:mod:`raysearch.api`) or of the layer behind it (the sweep engine
+:mod:`raysearch.tune.engine` and :mod:`raysearch.tune.resume`, the reports of
+:mod:`raysearch.tracking.reports`), and prints. Bad input (ValueError, FileNotFoundError)
+becomes one line on stderr and exit code 2, without a traceback (:mod:`raysearch.cli.base`).
+``raysearch list``, ``spaces`` and ``recipes`` live in :mod:`raysearch.cli.catalog`.
 """
 
 from __future__ import annotations
 
-import functools
-import logging
-import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-_EXIT_BAD_INPUT = 2
-#: Exit status of a sweep stopped by Ctrl-C (128 + SIGINT, as shells report it).
-_EXIT_INTERRUPTED = 130
+from raysearch.cli.base import EXIT_INTERRUPTED, echo, friendly_errors, main, one_line
+from raysearch.cli.catalog import list_command, recipes, spaces
+from raysearch.cli.options import (
+    SWEEP_DATA_OPTIONS,
+    SWEEP_RESOURCE_OPTIONS,
+    SWEEP_RUN_OPTIONS,
+    attach,
+    sweep_settings,
+    tracking_options,
+)
 
+__all__ = ["main"]
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    if isinstance(exc, FileNotFoundError) and exc.filename:
-        text = f"file not found: {exc.filename}"
-    return " ".join(text.split())
-
-
-def friendly_errors(func: Callable) -> Callable:
-    """Map bad-input exceptions to one line on stderr and exit code 2."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except (ValueError, FileNotFoundError, IsADirectoryError, KeyError) as exc:
-            click.echo(f"error: {_one_line(exc)}", err=True)
-            sys.exit(_EXIT_BAD_INPUT)
-
-    return wrapper
-
-
-def _echo(line: str) -> None:
-    click.echo(line)
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="raysearch")
-def main() -> None:
-    """Ray-distributed hyperparameter search for network calibration.
-
-    Sweeps calibration regularizers (label smoothing, focal, MbLS, ACLS, ...) with Ray Tune and
-    Optuna, tracks every trial in MLflow, and selects the lowest-ECE trial within 1% of the best
-    validation accuracy.
-    """
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # no "Creating initial tables" noise
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-
-
-_tracking_opts = [
-    click.option("--tracking-uri", default=None, metavar="URI",
-                 help="MLflow tracking URI [default: $MLFLOW_TRACKING_URI or "
-                      "sqlite:///<cwd>/mlruns.db]"),
-    click.option("--experiment", default="raysearch", show_default=True,
-                 help="MLflow experiment name."),
-]
-
-
-def tracking_options(func: Callable) -> Callable:
-    """Attach --tracking-uri and --experiment."""
-    for opt in reversed(_tracking_opts):
-        func = opt(func)
-    return func
-
-
-#: ``raysearch sweep``: What every trial trains on and with: data, recipe, model, weights.
-_SWEEP_DATA_OPTIONS = [
-    click.option("--dataset", default=None,
-                 help="Dataset: a name (`raysearch list datasets`: digits, cifar10, ...) or the "
-                      "import string package.module:factory of your own [default: the space's, "
-                      "else digits]."),
-    click.option("--data-dir", default=None, type=click.Path(file_okay=False),
-                 help="Folder holding the dataset in its standard layout (not needed for digits)."),
-    click.option("--recipe", default=None, metavar="NAME|FILE|none",
-                 help="Training protocol of a paper (`raysearch recipes list`: mbls-cifar10, "
-                      "sbece-cifar100, ...) or a recipe YAML file; none = the space's training "
-                      "values [default: the recipe of the space's method on the dataset, if any]."),
-    click.option("--dry-run", is_flag=True,
-                 help="Print the fully resolved sweep (space, recipe, data, resources, searched "
-                      "and fixed values, number of trials) as YAML and exit: no Ray, no MLflow."),
-    click.option("--download", is_flag=True,
-                 help="Download the dataset into --data-dir if it is missing (never by default)."),
-    click.option("--model", default=None,
-                 help="Network: a name (`raysearch list models`: resnet20/32/56/110, resnet18/34/"
-                      "50/101, wrn28_10, densenet40, cnn, mlp, ...), torchvision:<name>, or the "
-                      "import string package.module:factory of your own [default: the space's, "
-                      "else cnn]."),
-    click.option("--model-param", "model_params", multiple=True, metavar="KEY=VALUE",
-                 help="A keyword argument of the model factory for every trial (repeatable; the "
-                      "value is read as YAML: 64, 0.1, true, [1, 2])."),
-    click.option("--data-param", "data_params", multiple=True, metavar="KEY=VALUE",
-                 help="A keyword argument of the dataset factory for every trial (repeatable)."),
-    click.option("--metric", "metrics", multiple=True, metavar="PACKAGE.MODULE:FN",
-                 help="Your own metric fn(probs, labels) -> float: every trial logs val_<fn> and "
-                      "test_<fn>; usable in --objective and --ece-metric (repeatable)."),
-    click.option("--val-fraction", default=None, type=float,
-                 help="Validation share carved (stratified) from the training split "
-                      "[default: 0.1 for datasets with a test split, 0.2 of all for digits]."),
-    click.option("--crop-size", default=None, type=click.IntRange(min=16), metavar="S",
-                 help="Segmentation datasets (voc, segfolder): training crop and evaluation canvas "
-                      "side [default: the space's, else 512]."),
-    click.option("--pretrained-backbone", default=None, metavar="PATH",
-                 type=click.Path(dir_okay=False),
-                 help="A local torchvision state-dict file for a segmentation model's backbone "
-                      "(e.g. ImageNet ResNet-50 weights), loaded with weights_only=True."),
-    click.option("--pretrained", default=None, metavar="WEIGHTS",
-                 help="Start every trial's model from these weights: a local state-dict file or a "
-                      "torchvision weights name (e.g. ResNet101_Weights.IMAGENET1K_V1, fetched "
-                      "only with --download); the head is replaced when the classes differ."),
-    click.option("--freeze-backbone-epochs", default=None, type=click.IntRange(min=0),
-                 metavar="E", help="Train only the classification head for the first E epochs."),
-    click.option("--embeddings", default=None, metavar="PATH", type=click.Path(dir_okay=False),
-                 help="A GloVe-format file (e.g. glove.6B.100d.txt) for a text model's frozen "
-                      "embedding (gpool_cnn); without it the embedding is learned."),
-    click.option("--head-lr", default=None, type=float, metavar="LR",
-                 help="Learning rate of the classification head [default: the trial's lr]."),
-    click.option("--imbalance-ratio", default=None, type=float, metavar="RHO",
-                 help="Long-tailed training set: n_i = n_max * RHO^(-i/(K-1)) images of class i."),
-]
-
-#: ``raysearch sweep``: What every trial asks Ray for.
-_SWEEP_RESOURCE_OPTIONS = [
-    click.option("--gpus-per-trial", default=0.0, show_default=True, type=float,
-                 help="GPUs per trial; fractions share a GPU (0.25: four trials per GPU)."),
-    click.option("--cpus-per-trial", default=1.0, show_default=True, type=float,
-                 help="CPUs per trial (torch threads on CPU; DataLoader workers = CPUs - 1 for "
-                      "datasets read from image files)."),
-    click.option("--precision", default="auto", show_default=True,
-                 type=click.Choice(["auto", "bf16", "fp32"]),
-                 help="Training forward pass: auto = bf16 autocast on a GPU, fp32 on the CPU."),
-    click.option("--workers-per-trial", default=1, show_default=True, type=int,
-                 help="Ray Train DDP workers per trial (NCCL on GPUs, gloo on CPUs); 1 = no DDP."),
-    click.option("--gpus-per-worker", default=0.0, show_default=True, type=float,
-                 help="GPUs per DDP worker (with --workers-per-trial > 1)."),
-    click.option("--cpus-per-worker", default=1.0, show_default=True, type=float,
-                 help="CPUs per DDP worker (with --workers-per-trial > 1)."),
-]
-
-#: ``raysearch sweep``: The search: trials, seeds, objective, selection, shift, storage, faults.
-_SWEEP_RUN_OPTIONS = [
-    click.option("--shift-eval", is_flag=True,
-                 help="Also evaluate each trial on the test set corrupted by 15 ImageNet-C "
-                      "corruptions at severities 1-5, before and after its post-hoc calibrator."),
-    click.option("--shift-samples", default=None, type=int,
-                 help="Test images (stratified subsample) of the shift evaluation  [default: 1000 "
-                      "with --shift-eval, all with --shift-data]"),
-    click.option("--shift-data", default=None, metavar="DIR",
-                 help="Also evaluate each trial on a released corrupted test set, before and after "
-                      "its post-hoc calibrator: a CIFAR-10-C/CIFAR-100-C folder (<corruption>.npy "
-                      "+ labels.npy) or a Tiny-ImageNet-C/ImageNet-C folder "
-                      "(<corruption>/<severity>/<class>/*.JPEG)."),
-    click.option("--num-samples", "-n", default=8, show_default=True, type=int,
-                 help="Number of sampled configurations (trials, with --repeats 1)."),
-    click.option("--repeats", default=1, show_default=True, type=int, metavar="R",
-                 help="Seeds per configuration: each sampled configuration trains R times "
-                      "(seed, seed+1, ...; same data split); the sampler, the front and the rule "
-                      "use the means, MLflow and the tables show mean ± SEM."),
-    click.option("--selection", default="mean", show_default=True,
-                 type=click.Choice(["mean", "robust"]),
-                 help="Rule on a repeated sweep's configurations: mean = lowest mean ECE within "
-                      "the tolerance of the best mean accuracy; robust = lowest mean + 1 SEM of "
-                      "ECE."),
-    click.option("--max-concurrent", default=2, show_default=True, type=int,
-                 help="Trials running at once."),
-    click.option("--epochs", default=None, type=int,
-                 help="Epochs per trial [default: the space's]."),
-    click.option("--objective", default="pareto", show_default=True, metavar="NAME",
-                 help="What the sampler optimises: pareto = (val accuracy max, val ECE min), ece, "
-                      "accuracy, nll, or any metric the trials report as METRIC[:min|max] "
-                      "(val_brier, val_ece_100, val_overconfidence, your --metric's name)."),
-    click.option("--sampler", default="tpe", show_default=True,
-                 type=click.Choice(["tpe", "nsga2", "random"]), help="Optuna sampler."),
-    click.option("--scheduler", default=None, type=click.Choice(["asha"]),
-                 help="Early stopping (ASHA on --scheduler-metric)."),
-    click.option("--scheduler-metric", default="val_nll", show_default=True,
-                 help="The single metric ASHA compares."),
-    click.option("--tolerance", default=0.01, show_default=True, type=float,
-                 help="Selection: lowest val ECE within this absolute accuracy of the best."),
-    click.option("--seed", default=0, show_default=True, type=int,
-                 help="Seeds the sampler, the data split and every trial."),
-    click.option("--name", default=None, help="Sweep name [default: <space>-<timestamp>]."),
-    click.option("--address", default=None, help="Address of an existing Ray cluster."),
-    click.option("--storage-path", default=None, metavar="PATH|URI",
-                 help="Where Tune keeps checkpoints: a folder (an NFS mount on a cluster) or "
-                      "s3://bucket/prefix, gs://bucket/prefix [default: ~/ray_results]."),
-    click.option("--posthoc", default="ts", show_default=True,
-                 help="Post-hoc calibrators fitted per trial on validation logits, comma-separated "
-                      "(ts, ets, cts, pts, ts_sbece, ts_hb_ece, dirichlet, ...; `raysearch list "
-                      "calibrators`), or 'none'."),
-    click.option("--ece-metric", default="ece", show_default=True, metavar="NAME",
-                 help="Calibration error of the objective, the Pareto front and the selection "
-                      "rule: ece, ece_100, aece, cece, ece_l2em, debiased_ce, sweep_ce, "
-                      "marginal_ece, ks, brier, nll, or your --metric's name."),
-    click.option("--log-weights", is_flag=True,
-                 help="Keep each complete trial's final weights on its MLflow run (weights.pt); "
-                      "`export --register` then reads them there [default: only in Tune's "
-                      "checkpoints]."),
-    click.option("--checkpoint-every", default=None, type=click.IntRange(min=0), metavar="N",
-                 help="Checkpoint every N epochs (0: the last epoch only) [default: once a "
-                      "minute of training]."),
-    click.option("--max-failures", default=None, type=click.IntRange(min=0), metavar="N",
-                 help="Retry a trial that raised or whose node died up to N times, from its last "
-                      "checkpoint [default: 2 with --address, else 0]."),
-    click.option("--fault-drill", default=None, type=click.IntRange(min=1), metavar="EPOCH",
-                 help="Test the cluster's retry path: the first attempt of every trial fails "
-                      "after EPOCH (use with --max-failures >= 1)."),
-    click.option("--fault-kind", default="raise", show_default=True, hidden=True,
-                 type=click.Choice(["raise", "kill-in-checkpoint", "corrupt-checkpoint"]),
-                 help="What --fault-drill does: raise, die (SIGKILL) while writing a checkpoint, "
-                      "or truncate the newest checkpoint then raise."),
-]
-
-
-def _options(options: list[Callable]) -> Callable:
-    """Attach click options in the order listed (so ``--help`` lists them in that order)."""
-    def attach(func: Callable) -> Callable:
-        for opt in reversed(options):
-            func = opt(func)
-        return func
-
-    return attach
+main.add_command(list_command)
+main.add_command(spaces)
+main.add_command(recipes)
 
 
 @main.command()
@@ -242,9 +42,9 @@ def _options(options: list[Callable]) -> Callable:
                    "Takes the sweep's own space and settings (give no SPACE; --address, "
                    "--tracking-uri, --experiment and --storage-path, where its storage is now "
                    "if it was moved, may be given).")
-@_options(_SWEEP_DATA_OPTIONS)
-@_options(_SWEEP_RESOURCE_OPTIONS)
-@_options(_SWEEP_RUN_OPTIONS)
+@attach(SWEEP_DATA_OPTIONS)
+@attach(SWEEP_RESOURCE_OPTIONS)
+@attach(SWEEP_RUN_OPTIONS)
 @tracking_options
 @click.pass_context
 @friendly_errors
@@ -266,43 +66,25 @@ def sweep(ctx: click.Context, space: str | None, resume: str | None, dry_run: bo
     if space is None:
         raise ValueError("give a SPACE to sweep (e.g. `raysearch sweep acls`; `raysearch "
                          "spaces list` shows them) or --resume NAME")
-    settings = _sweep_settings(options)
-    settings.validate()
+    settings = sweep_settings(options)
     loaded = load_space(space)
     if dry_run:
         import yaml
 
-        from raysearch.cli.plan import plan_sweep
+        from raysearch.cli.plan import dry_run_document
 
-        plan = plan_sweep(loaded, settings)
+        plan = dry_run_document(loaded, settings)
         click.echo(yaml.safe_dump(plan, sort_keys=False, width=100), nl=False)
         return
     from raysearch.tune.engine import run_sweep  # Ray, Tune and MLflow: seconds to import
 
-    result = run_sweep(loaded, settings, progress=_echo)
+    result = run_sweep(loaded, settings, progress=echo)
     _print_result(result)
-
-
-def _sweep_settings(options: dict[str, Any]) -> Any:
-    """The :class:`~raysearch.tune.settings.SweepSettings` of ``raysearch sweep``'s options.
-
-    Every option is the settings field of its name, except ``--posthoc`` (a comma-separated
-    list), ``--fault-drill`` (``fault_epoch``) and ``--model-param``/``--data-param`` (the
-    ``model.<key>``/``data.<key>`` overrides).
-    """
-    from raysearch.tune.settings import SweepSettings
-
-    fields = dict(options)
-    extra = {**_key_values(fields.pop("model_params"), "model", "--model-param"),
-             **_key_values(fields.pop("data_params"), "data", "--data-param")}
-    fields["posthoc"] = _names(fields["posthoc"])
-    fields["fault_epoch"] = fields.pop("fault_drill")
-    return SweepSettings(**fields, extra_overrides=extra)
 
 
 def _resume(ctx: click.Context, space: str | None, resume: str, options: dict[str, Any]) -> None:
     """``raysearch sweep --resume NAME``: the sweep's own space and settings, nothing else."""
-    from raysearch.tune.engine import resume_sweep
+    from raysearch.tune.resume import resume_sweep
 
     given = [p.opts[0] for p in ctx.command.params
              if p.name not in ("resume", "address", "tracking_uri", "experiment", "space",
@@ -316,7 +98,7 @@ def _resume(ctx: click.Context, space: str | None, resume: str, options: dict[st
                          f"drop {', '.join(given)}")
     result = resume_sweep(resume, tracking_uri=options["tracking_uri"],
                           experiment=options["experiment"], address=options["address"],
-                          storage_path=options["storage_path"], progress=_echo)
+                          storage_path=options["storage_path"], progress=echo)
     _print_result(result)
 
 
@@ -326,7 +108,7 @@ def _print_result(result: Any) -> None:
     for line in sweep_result_lines(result):
         click.echo(line)
     if result.interrupted:
-        sys.exit(_EXIT_INTERRUPTED)
+        sys.exit(EXIT_INTERRUPTED)
 
 
 @main.command()
@@ -360,7 +142,7 @@ def train(config: str, epochs: int | None, name: str | None, data_dir: str | Non
     if data_dir is not None:
         cfg.data.dir = str(Path(data_dir).expanduser().resolve())
     doc = yaml.safe_load(Path(config).read_text())
-    check_export_versions(doc, _echo)
+    check_export_versions(doc, echo)
     tags = {"raysearch.source_config": str(Path(config).resolve())}
     if isinstance(doc, dict) and doc.get("sweep"):
         tags["raysearch.source_sweep"] = str(doc["sweep"])
@@ -370,7 +152,7 @@ def train(config: str, epochs: int | None, name: str | None, data_dir: str | Non
                f"{cfg.epochs} epochs, seed {cfg.seed}")
     run_id, metrics = train_and_log(
         cfg, tracking_uri=tracking_uri, experiment=experiment, run_name=name, tags=tags,
-        progress=_echo, device=device, precision=precision,
+        progress=echo, device=device, precision=precision,
         metrics=(doc.get("metric_functions") or []) if isinstance(doc, dict) else [])
     click.echo(metrics_line(metrics))
     click.echo(f"MLflow run {run_id}")
@@ -462,11 +244,11 @@ def sync(name: str, storage_path: str | None, tracking_uri: str | None,
     table. Running it again writes nothing.
     """
     from raysearch.tracking.reports import quiet_mlflow
-    from raysearch.tune.engine import sync_sweep
+    from raysearch.tune.resume import sync_sweep
 
     quiet_mlflow()
     done = sync_sweep(name, tracking_uri=tracking_uri, experiment=experiment,
-                      storage_path=storage_path, progress=_echo)
+                      storage_path=storage_path, progress=echo)
     click.echo(f"sync {name}: {done.summary()}")
 
 
@@ -573,118 +355,7 @@ def calibrate(source: str, methods: str, classwise_scaling: str, fraction: float
                      fraction=fraction, seed=seed, n_bins=n_bins, output_dir=output_dir,
                      allow_pickle=allow_pickle, log=log_mlflow, search=search_space,
                      num_samples=num_samples, holdout=holdout, tracking_uri=tracking_uri,
-                     experiment=experiment, progress=_echo)
-
-
-@main.command("list")
-@click.argument("kind", type=click.Choice(["models", "datasets", "losses", "calibrators",
-                                           "metrics", "optimizers"]))
-@friendly_errors
-def list_command(kind: str) -> None:
-    """List the names KIND accepts and where each comes from (built-in or a plug-in).
-
-    Installed packages add names through entry points (groups raysearch.training.models,
-    raysearch.datasets, raysearch.losses, raysearch.calibrators, raysearch.metrics,
-    raysearch.optimizers); any import string package.module:attr works too without being
-    listed. A name declared twice is listed as an error (exit code 2).
-    """
-    from raysearch.training.registries import registry
-
-    reg = registry(kind)
-    entries = reg.entries()
-    clashes = reg.conflicts()
-    width = max((len(n) for n in entries), default=0)
-    for name in sorted(entries):
-        note = "  (declared twice: refused)" if name in clashes else ""
-        click.echo(f"{name:<{width}s}  {entries[name].source}{note}")
-    extra = " (and torchvision:<name>)" if kind == "models" else ""
-    click.echo(f"{len(entries)} {kind}{extra}; any import string package.module:attr works too")
-    for message in clashes.values():
-        click.echo(f"error: {message}", err=True)
-    if clashes:
-        sys.exit(_EXIT_BAD_INPUT)
-
-
-@main.group()
-def spaces() -> None:
-    """List, show and validate search spaces."""
-
-
-@spaces.command("list")
-@friendly_errors
-def spaces_list() -> None:
-    """List the bundled search spaces."""
-    from raysearch.tune.posthoc_sweep import load_posthoc_space
-    from raysearch.tune.spaces import available_spaces, load_space
-
-    for name in available_spaces("train"):
-        click.echo(f"{name:<8s} {load_space(name).description}")
-    for name in available_spaces("posthoc"):
-        click.echo(f"{name:<8s} {load_posthoc_space(name).description} "
-                   "(post-hoc: raysearch calibrate FILE --search)")
-
-
-@spaces.command("show")
-@click.argument("space")
-@friendly_errors
-def spaces_show(space: str) -> None:
-    """Show the parameters, ranges and scales of SPACE (a name or a YAML file)."""
-    from raysearch.tune.posthoc_sweep import load_posthoc_space
-    from raysearch.tune.spaces import load_space, space_kind
-
-    if space_kind(space) == "posthoc":
-        click.echo(load_posthoc_space(space).describe())
-    else:
-        click.echo(load_space(space).describe())
-
-
-@main.group()
-def recipes() -> None:
-    """List and show the papers' training recipes (sweep --recipe NAME)."""
-
-
-@recipes.command("list")
-@friendly_errors
-def recipes_list() -> None:
-    """List the bundled recipes, the methods and datasets each is the default for."""
-    from raysearch.tune.recipes import available_recipes, load_recipe
-
-    names = available_recipes()
-    width = max(map(len, names), default=0)
-    for name in names:
-        recipe = load_recipe(name)
-        default = (f"  [default for {'/'.join(recipe.methods)} on {'/'.join(recipe.datasets)}]"
-                   if recipe.methods and recipe.datasets else "")
-        click.echo(f"{name:<{width}s}  {recipe.description}{default}")
-
-
-@recipes.command("show")
-@click.argument("recipe")
-@friendly_errors
-def recipes_show(recipe: str) -> None:
-    """Show RECIPE (a name or a YAML file): its values and, in its comments, their sources."""
-    from raysearch.tune.recipes import load_recipe
-
-    loaded = load_recipe(recipe)
-    click.echo(f"# {loaded.path}")
-    click.echo(loaded.text(), nl=False)
-
-
-@spaces.command("validate")
-@click.argument("spaces_", metavar="SPACE...", nargs=-1, required=True)
-@friendly_errors
-def spaces_validate(spaces_: tuple[str, ...]) -> None:
-    """Validate one or more spaces (names or YAML files); exit 2 on the first problem."""
-    from raysearch.tune.posthoc_sweep import load_posthoc_space
-    from raysearch.tune.spaces import space_kind, validate_space
-
-    for space in spaces_:
-        if space_kind(space) == "posthoc":
-            load_posthoc_space(space)
-            click.echo(f"ok: {space} (post-hoc)")
-            continue
-        loaded = validate_space(space)
-        click.echo(f"ok: {space} ({', '.join(loaded.methods)})")
+                     experiment=experiment, progress=echo)
 
 
 @main.command()
@@ -709,7 +380,7 @@ def reproduce(data_dir: str, tolerance: float, allow_pickle: bool) -> None:
 
     click.echo(f"reproducing published numbers from {data_dir} ...")
     report = run_reproduction(data_dir, tolerance=tolerance, allow_pickle=allow_pickle,
-                              progress=_echo)
+                              progress=echo)
     click.echo("")
     click.echo(report.format_table())
     if not report.passed:
@@ -761,7 +432,7 @@ def ui_command(port: int, host: str, sweep_name: str | None, tracking_uri: str |
         try:
             proc = ui.start_mlflow_ui(uri, host=host, port=port)
         except RuntimeError as exc:
-            click.echo(f"error: {_one_line(exc)}", err=True)
+            click.echo(f"error: {one_line(exc)}", err=True)
             sys.exit(1)
         click.echo(f"MLflow UI: {base}")
         for line in lines:
@@ -779,32 +450,6 @@ def ui_command(port: int, host: str, sweep_name: str | None, tracking_uri: str |
             ui.stop_mlflow_ui(proc)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-# ---------------------------------------------------------------------------------------------
-# option parsing
-
-def _key_values(items: tuple[str, ...], section: str, option: str) -> dict[str, Any]:
-    """``("hidden=64",)`` -> ``{"model.hidden": 64}`` (values read as YAML)."""
-    import yaml
-
-    out = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"{option} {item!r}: expected KEY=VALUE, e.g. hidden=64")
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
-            value = text
-        out[f"{section}.{key.strip()}"] = value
-    return out
-
-
-def _names(text: str) -> tuple[str, ...]:
-    if text.strip().lower() in ("", "none"):
-        return ()
-    return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 if __name__ == "__main__":  # pragma: no cover

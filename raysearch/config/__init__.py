@@ -20,25 +20,21 @@ sampled values into. It is plain data: no Ray, no MLflow, no torch. Its sections
 that loss, model factory, dataset factory or optimizer: a run carries only the ones it uses (a
 CIFAR run has no ``crop_size``; a VOC run has ``data.params.crop_size``).
 
-**Flat keys.** A trial's config, a space file's ``train:`` section and the configs exported before
-the sections existed use flat keys; :meth:`RunConfig.from_flat` reads them all:
-
-- ``method`` and ``loss_params`` (the loss), ``dataset`` and ``model`` and ``optimizer`` and
-  ``schedule`` (names), ``lr``, ``momentum``, ``weight_decay``, ``nesterov``, ``data_dir``,
-  ``val_fraction``, ``test_fraction``, ``imbalance_ratio``, ``data_seed``, ``crop_size``,
-  ``pretrained``, ``pretrained_backbone``, ``embeddings``, ``milestones``, ... (the old flat
-  fields: :data:`LEGACY_KEYS` says where each goes);
-- dotted keys ``model.<kw>``, ``data.<kw>``, ``optimizer.<kw>``, ``loss.<kw>`` (a space's
-  ``model:``, ``data:`` and ``optimizer:`` sections), which go into that section's ``params``
-  (``optimizer.lr`` and ``optimizer.weight_decay`` into the section's own fields).
+**Flat keys.** A RunConfig takes sections only. The flat keys of a space's ``train:``
+section, of the searcher's suggestions and of exports written before sections existed
+(``method``, ``loss_params``, ``lr``, ``data_dir``, ``model.hidden``, ...) are read into
+sections by one function, :func:`raysearch.config.flat.sections_from_flat`, where they enter:
+the search space, :meth:`RunConfig.from_dict` / :meth:`RunConfig.from_yaml`, and the keyword
+overrides of :func:`raysearch.train`.
 
 Errors are one line (a ValueError) naming the field: ``optimizer: `lr` must be > 0, got -1.0``.
 
-**Layout.** :mod:`raysearch.config.run` holds :class:`RunConfig`, its sections and the flat-key
-tables; :mod:`raysearch.config._common` the section base class, the checks, and the few sweep
-names the layers below the sweep need (:data:`DEFAULT_EXPERIMENT`, :data:`SELECTIONS`,
-:func:`metric_name`). The sweep's own settings (:class:`~raysearch.tune.settings.SweepSettings`)
-live a layer up, in :mod:`raysearch.tune.settings`.
+**Layout.** :mod:`raysearch.config.run` holds :class:`RunConfig` and its sections;
+:mod:`raysearch.config.flat` the flat layout and its reader; :mod:`raysearch.config.base` the
+section base class, the checks, and the few sweep names the layers below the sweep need
+(:data:`DEFAULT_EXPERIMENT`, :data:`SELECTIONS`, :func:`metric_name`). The sweep's own settings
+(:class:`~raysearch.tune.settings.SweepSettings`) live a layer up, in
+:mod:`raysearch.tune.settings`.
 
 **Layer.** The base of the house with :mod:`raysearch.registry`: it imports pydantic and no other
 module of the package, and every layer may import it.
@@ -46,52 +42,41 @@ module of the package, and every layer may import it.
 
 from __future__ import annotations
 
-from raysearch.config._common import DEFAULT_EXPERIMENT as DEFAULT_EXPERIMENT
-
-# The run config (raysearch.config.run) and what it shares (raysearch.config._common) live in
-# their own modules; every name stays importable from here.
-from raysearch.config._common import SECTIONS as SECTIONS
-from raysearch.config._common import SELECTIONS as SELECTIONS
-from raysearch.config._common import Section as Section
-from raysearch.config._common import _absolute as _absolute
-from raysearch.config._common import _as_float as _as_float
-from raysearch.config._common import _as_int as _as_int
-from raysearch.config._common import _bounded as _bounded
-from raysearch.config._common import _first_line as _first_line
-from raysearch.config._common import _is_number as _is_number
-from raysearch.config._common import _plain as _plain
-from raysearch.config._common import metric_name as metric_name
-from raysearch.config._common import one_line_error as one_line_error
-from raysearch.config.run import _DATA_PARAM_BOUNDS as _DATA_PARAM_BOUNDS
-from raysearch.config.run import _LEGACY_DEFAULTS as _LEGACY_DEFAULTS
-from raysearch.config.run import DEFAULT_DATASET as DEFAULT_DATASET
-from raysearch.config.run import DEFAULT_MODEL as DEFAULT_MODEL
-from raysearch.config.run import LEGACY_KEYS as LEGACY_KEYS
-from raysearch.config.run import OPTIMIZER_DEFAULTS as OPTIMIZER_DEFAULTS
-from raysearch.config.run import OPTIMIZERS as OPTIMIZERS
-from raysearch.config.run import RUN_KEYS as RUN_KEYS
-from raysearch.config.run import SCHEDULES as SCHEDULES
-from raysearch.config.run import TRAIN_KEYS as TRAIN_KEYS
-from raysearch.config.run import DataConfig as DataConfig
-from raysearch.config.run import LossConfig as LossConfig
-from raysearch.config.run import ModelConfig as ModelConfig
-from raysearch.config.run import OptimizerConfig as OptimizerConfig
-from raysearch.config.run import RunConfig as RunConfig
-from raysearch.config.run import ScheduleConfig as ScheduleConfig
-from raysearch.config.run import _Factory as _Factory
-from raysearch.config.run import _milestones_text as _milestones_text
-from raysearch.config.run import _name as _name
-from raysearch.config.run import _params as _params
-from raysearch.config.run import _set as _set
-from raysearch.config.run import flat_to_sections as flat_to_sections
+from raysearch.config.base import (
+    DEFAULT_EXPERIMENT,
+    SECTIONS,
+    SELECTIONS,
+    Section,
+    absolute_path,
+    first_line,
+    metric_name,
+    one_line_error,
+    plain_data,
+)
+from raysearch.config.flat import TRAIN_KEYS, sections_from_flat
+from raysearch.config.run import (
+    DEFAULT_DATASET,
+    DEFAULT_MODEL,
+    OPTIMIZER_DEFAULTS,
+    OPTIMIZERS,
+    SCHEDULES,
+    DataConfig,
+    LossConfig,
+    ModelConfig,
+    OptimizerConfig,
+    RunConfig,
+    ScheduleConfig,
+)
 
 __all__ = [
     "DEFAULT_DATASET",
+    "DEFAULT_EXPERIMENT",
     "DEFAULT_MODEL",
-    "LEGACY_KEYS",
     "OPTIMIZERS",
-    "RUN_KEYS",
+    "OPTIMIZER_DEFAULTS",
     "SCHEDULES",
+    "SECTIONS",
+    "SELECTIONS",
     "TRAIN_KEYS",
     "DataConfig",
     "LossConfig",
@@ -99,5 +84,11 @@ __all__ = [
     "OptimizerConfig",
     "RunConfig",
     "ScheduleConfig",
+    "Section",
+    "absolute_path",
+    "first_line",
+    "metric_name",
     "one_line_error",
+    "plain_data",
+    "sections_from_flat",
 ]

@@ -1,14 +1,13 @@
 """The configuration of one training run: :class:`RunConfig` and its sections.
 
 :class:`LossConfig`, :class:`ModelConfig`, :class:`DataConfig`, :class:`OptimizerConfig` and
-:class:`ScheduleConfig` (each a :class:`~raysearch.config._common.Section`), the
-:class:`RunConfig` holding them, and the tables that read the flat keys of trials, space files
-and earlier exports into sections (:data:`RUN_KEYS`, :data:`LEGACY_KEYS`, :data:`TRAIN_KEYS`,
-:func:`flat_to_sections`); see :mod:`raysearch.config` for the layout and the flat keys.
-:mod:`raysearch.config` re-exports every name here.
+:class:`ScheduleConfig` (each a :class:`~raysearch.config.base.Section`) and the
+:class:`RunConfig` holding them; see :mod:`raysearch.config` for the layout. A RunConfig takes
+sections only; the flat layout of earlier exports is read by :meth:`RunConfig.from_dict` and
+:meth:`RunConfig.from_yaml` through :func:`raysearch.config.flat.sections_from_flat`.
 
-Imports :mod:`raysearch.config._common` only of the package (and pydantic, PyYAML); never
-:mod:`raysearch.config`.
+Imports :mod:`raysearch.config.base` and :mod:`raysearch.config.flat` only of the package (and
+pydantic, PyYAML); never :mod:`raysearch.config`.
 """
 
 from __future__ import annotations
@@ -18,21 +17,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from raysearch.config._common import (
-    SECTIONS,
-    Section,
-    _bounded,
-    _first_line,
-    _plain,
-    one_line_error,
-)
+from raysearch.config.base import Section, bounded, first_line, one_line_error, plain_data
+from raysearch.config.flat import as_sections
 
-__all__ = ["DEFAULT_DATASET", "DEFAULT_MODEL", "LEGACY_KEYS", "OPTIMIZERS",
-           "OPTIMIZER_DEFAULTS", "RUN_KEYS", "SCHEDULES", "TRAIN_KEYS", "DataConfig",
-           "LossConfig", "ModelConfig", "OptimizerConfig", "RunConfig", "ScheduleConfig",
-           "flat_to_sections"]
+__all__ = ["DATA_PARAM_BOUNDS", "DEFAULT_DATASET", "DEFAULT_MODEL", "OPTIMIZERS",
+           "OPTIMIZER_DEFAULTS", "SCHEDULES", "DataConfig", "LossConfig", "ModelConfig",
+           "OptimizerConfig", "RunConfig", "ScheduleConfig", "milestones_text"]
 
 #: The embedded default: scikit-learn's bundled digits and the small CNN (no download).
 DEFAULT_DATASET = "digits"
@@ -47,53 +39,6 @@ SCHEDULES = ("cosine", "multistep", "constant")
 #: momentum 0.9, as every paper of this field trains.
 OPTIMIZER_DEFAULTS: dict[str, dict[str, Any]] = {"sgd": {"momentum": 0.9}}
 
-#: Top-level fields of a RunConfig besides its sections.
-RUN_KEYS = ("epochs", "batch_size", "seed", "ece_bins", "mixup_alpha", "cutmix_alpha",
-            "ricap_beta", "interleaved", "interleave_fraction")
-
-#: The flat keys of earlier raysearch versions (and of space files' ``train:``): where each goes,
-#: as (section, field) or (section, "params", key).
-LEGACY_KEYS: dict[str, tuple[str, ...]] = {
-    "method": ("loss", "name"),
-    "loss_params": ("loss", "params"),
-    "dataset": ("data", "name"),
-    "data_dir": ("data", "dir"),
-    "val_fraction": ("data", "val_fraction"),
-    "data_seed": ("data", "seed"),
-    "test_fraction": ("data", "params", "test_fraction"),
-    "imbalance_ratio": ("data", "params", "imbalance_ratio"),
-    "crop_size": ("data", "params", "crop_size"),
-    "model": ("model", "name"),
-    "pretrained": ("model", "pretrained"),
-    "freeze_backbone_epochs": ("model", "freeze_backbone_epochs"),
-    "head_lr": ("model", "head_lr"),
-    "pretrained_backbone": ("model", "params", "pretrained_backbone"),
-    "embeddings": ("model", "params", "embeddings_path"),
-    "optimizer": ("optimizer", "name"),
-    "lr": ("optimizer", "lr"),
-    "weight_decay": ("optimizer", "weight_decay"),
-    "momentum": ("optimizer", "params", "momentum"),
-    "nesterov": ("optimizer", "params", "nesterov"),
-    "schedule": ("schedule", "name"),
-    "milestones": ("schedule", "milestones"),
-    "lr_decay": ("schedule", "lr_decay"),
-    "warmup_epochs": ("schedule", "warmup_epochs"),
-}
-
-#: Training keys a space file's ``train:`` section may sample or fix (besides the loss
-#: parameters and its ``model:``, ``data:`` and ``optimizer:`` sections).
-TRAIN_KEYS = ("model", "epochs", "batch_size", "lr", "momentum", "weight_decay", "interleaved",
-              "interleave_fraction", "schedule", "milestones", "lr_decay", "warmup_epochs",
-              "nesterov", "mixup_alpha", "cutmix_alpha", "ricap_beta", "crop_size", "pretrained",
-              "freeze_backbone_epochs", "head_lr", "embeddings", "optimizer")
-
-# the values old exports wrote for every run (flat dataclass fields): dropped when they would
-# now be a keyword that the run's dataset or model does not take
-_LEGACY_DEFAULTS = {"crop_size": 512, "nesterov": False, "embeddings": None,
-                    "pretrained_backbone": None, "test_fraction": None,
-                    "imbalance_ratio": None}
-
-
 def _name(section: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"`name` of the {section} must be a non-empty string (a registered "
@@ -106,7 +51,7 @@ def _params(value: Any) -> dict[str, Any]:
         return {}
     if not isinstance(value, Mapping):
         raise ValueError(f"`params` must be a mapping of keyword arguments, got {value!r}")
-    return {str(k): _plain(v) for k, v in value.items()}
+    return {str(k): plain_data(v) for k, v in value.items()}
 
 
 class _Factory(Section):
@@ -190,7 +135,7 @@ class ModelConfig(_Factory):
 
 
 #: Bounds of the built-in datasets' common keyword arguments (``data.params``).
-_DATA_PARAM_BOUNDS: dict[str, dict[str, Any]] = {
+DATA_PARAM_BOUNDS: dict[str, dict[str, Any]] = {
     "test_fraction": {"low": 0, "high": 1, "low_open": True, "high_open": True},
     "imbalance_ratio": {"low": 1, "note": " (n_max / n_min)"},
     "crop_size": {"low": 16, "integer": True},
@@ -240,7 +185,7 @@ class DataConfig(_Factory):
             value = self.params.get(key)
             if value is None:
                 continue
-            self.params[key] = _bounded(key, value, **_DATA_PARAM_BOUNDS[key])
+            self.params[key] = bounded(key, value, **DATA_PARAM_BOUNDS[key])
         test = self.params.get("test_fraction")
         if self.val_fraction is not None and test is not None and self.val_fraction + test >= 1:
             raise ValueError("`val_fraction` + `test_fraction` must be < 1, got "
@@ -276,7 +221,7 @@ class OptimizerConfig(_Factory):
     def _check_momentum(self) -> OptimizerConfig:
         momentum = self.params.get("momentum")
         if momentum is not None:
-            self.params["momentum"] = _bounded("momentum", momentum, low=0, high=1,
+            self.params["momentum"] = bounded("momentum", momentum, low=0, high=1,
                                                high_open=True)
         nesterov = self.params.get("nesterov")
         if nesterov is not None and not isinstance(nesterov, bool):
@@ -325,7 +270,7 @@ class ScheduleConfig(Section):
     @field_validator("milestones", mode="before")
     @classmethod
     def _check_milestones(cls, value: Any) -> str:
-        return _milestones_text(value)
+        return milestones_text(value)
 
 
     @model_validator(mode="after")
@@ -343,9 +288,9 @@ class RunConfig(Section):
     """One training run: loss, model, data, optimizer and schedule sections, and its settings.
 
     Build it from sections (``RunConfig(loss={"name": "acls", "params": {...}},
-    optimizer={"name": "adamw", "lr": 1e-3})``), from the flat keys of earlier versions and of
-    space files (``RunConfig(method="ls", loss_params={"epsilon": 0.1}, lr=0.1, epochs=3)``,
-    :meth:`from_flat`), or from YAML (:meth:`from_yaml`, both layouts).
+    optimizer={"name": "adamw", "lr": 1e-3}, epochs=3)``), or read it from plain data or YAML
+    in either layout, sections or the flat keys of earlier exports (:meth:`from_dict`,
+    :meth:`from_yaml`).
 
     Attributes:
         loss: :class:`LossConfig`.
@@ -405,34 +350,12 @@ class RunConfig(Section):
         except ValidationError as exc:
             raise ValueError(one_line_error(exc)) from None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _flat_keys(cls, data: Any) -> Any:
-        if isinstance(data, Mapping) and any(k not in cls.model_fields or
-                                             (k in SECTIONS and not isinstance(v, (Mapping,
-                                                                                   BaseModel)))
-                                             for k, v in data.items()):
-            return flat_to_sections(data)
-        return data
-
     @field_validator("interleaved", mode="before")
     @classmethod
     def _check_interleaved(cls, value: Any) -> bool:
         if not isinstance(value, bool):
             raise ValueError(f"`interleaved` must be true or false, got {value!r}")
         return value
-
-    def __getattr__(self, name: str) -> Any:
-        # the flat fields of earlier versions, read-only (``cfg.method``, ``cfg.lr``,
-        # ``cfg.loss_params``, ...): kept so that code written against them still runs.
-        # ``model``, ``optimizer`` and ``schedule`` are the sections now.
-        path = LEGACY_KEYS.get(name)
-        if path is not None and name not in SECTIONS:
-            node: Any = self
-            for part in path:
-                node = node.get(part) if isinstance(node, dict) else getattr(node, part)
-            return node
-        return super().__getattr__(name)  # type: ignore[misc]
 
     # -- derived ---------------------------------------------------------------------------
     def milestone_epochs(self) -> list[int]:
@@ -455,27 +378,20 @@ class RunConfig(Section):
     # -- plain data in, plain data out ----------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python dict (YAML/JSON-safe) of every section and field."""
-        return _plain(self.model_dump())
-
-    @classmethod
-    def from_flat(cls, flat: Mapping[str, Any]) -> RunConfig:
-        """Build from flat keys (a trial's config, an old export); see the module docstring.
-
-        Raises:
-            ValueError: on unknown keys or invalid values.
-        """
-        return cls(**flat_to_sections(flat))
+        return plain_data(self.model_dump())
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
-        """Build from a mapping in either layout (sections, or the flat keys of old exports).
+        """Build from a mapping in either layout: sections, or the flat keys of old exports.
+
+        The flat layout is read by :func:`raysearch.config.flat.sections_from_flat`.
 
         Raises:
             ValueError: on unknown keys or invalid values.
         """
         if not isinstance(data, Mapping):
             raise ValueError(f"a run config must be a mapping, got {type(data).__name__}")
-        return cls(**dict(data))
+        return cls(**as_sections(data))
 
     def to_yaml(self, path: str | Path) -> None:
         """Write this config as YAML (readable by :meth:`from_yaml` and ``raysearch train``)."""
@@ -496,7 +412,7 @@ class RunConfig(Section):
         try:
             data = yaml.safe_load(path.read_text())
         except yaml.YAMLError as exc:
-            raise ValueError(f"{path}: malformed YAML ({_first_line(exc)})") from None
+            raise ValueError(f"{path}: malformed YAML ({first_line(exc)})") from None
         if isinstance(data, dict) and isinstance(data.get("config"), dict):
             data = data["config"]
         try:
@@ -505,75 +421,7 @@ class RunConfig(Section):
             raise ValueError(f"{path}: {exc}") from None
 
 
-def _set(out: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
-    node = out
-    for part in path[:-1]:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise ValueError(f"`{'.'.join(path)}` clashes with a value of {part!r}")
-    node[path[-1]] = value
-
-
-def flat_to_sections(flat: Mapping[str, Any]) -> dict[str, Any]:
-    """Flat keys (legacy fields, ``train:`` keys, dotted ``model.<kw>``) -> section dicts.
-
-    Section mappings given as such (``{"model": {"name": ..., "params": ...}}``) are merged in
-    first; flat keys then set single fields. Legacy values that every old export carried and
-    that would now be a keyword nobody takes (``crop_size: 512``, ``nesterov: false``, a null
-    ``embeddings``, SGD's ``momentum`` on another optimizer) are dropped.
-
-    Raises:
-        ValueError: for a key that is neither a field, a legacy key nor a dotted section key.
-    """
-    out: dict[str, Any] = {}
-    for section in SECTIONS:
-        value = flat.get(section)
-        if isinstance(value, BaseModel):
-            value = value.model_dump()
-        if isinstance(value, Mapping):
-            out[section] = {k: (dict(v) if isinstance(v, Mapping) else v)
-                            for k, v in value.items()}
-    optimizer = flat.get("optimizer")
-    optimizer_name = (optimizer if isinstance(optimizer, str)
-                      else (out.get("optimizer") or {}).get("name", "sgd"))
-    for key, value in flat.items():
-        if key in SECTIONS and isinstance(value, (Mapping, BaseModel)):
-            continue
-        if key in RUN_KEYS:
-            out[key] = value
-        elif key in LEGACY_KEYS:
-            if key in _LEGACY_DEFAULTS and value == _LEGACY_DEFAULTS[key]:
-                continue
-            if key == "momentum" and str(optimizer_name).lower() != "sgd":
-                continue  # old exports carried SGD's momentum for Adam runs too
-            if key == "loss_params":
-                if value is None:
-                    continue
-                if not isinstance(value, Mapping):
-                    raise ValueError(f"`loss_params` must be a mapping, got {value!r}")
-                out.setdefault("loss", {}).setdefault("params", {}).update(value)
-                continue
-            if value is None and len(LEGACY_KEYS[key]) == 3:
-                continue  # a param that is off: pass nothing
-            _set(out, LEGACY_KEYS[key], value)
-        elif "." in key and key.split(".", 1)[0] in SECTIONS:
-            section, kw = key.split(".", 1)
-            if section == "optimizer" and kw in ("lr", "weight_decay", "name"):
-                _set(out, (section, kw), value)
-            elif section == "schedule":
-                _set(out, (section, kw), value)
-            elif kw == "name":
-                _set(out, (section, "name"), value)
-            else:
-                _set(out, (section, "params", kw), value)
-        else:
-            known = sorted({*RunConfig.model_fields, *LEGACY_KEYS})
-            raise ValueError(f"unknown run-config key(s) {key}; known: {', '.join(known)} "
-                             "(and model.<kw>, data.<kw>, optimizer.<kw>)")
-    return out
-
-
-def _milestones_text(value: Any) -> str:
+def milestones_text(value: Any) -> str:
     """``"150,250"`` from a string, an int or a list of ints; ValueError otherwise."""
     if value is None or value == "":
         return ""

@@ -6,8 +6,7 @@ experiment are created by the driver before any trial starts (two processes crea
 SQLite store at once race on its migrations).
 
 The code lives in submodules by family, each importing only those before it in this list (none
-imports this package, which re-exports every name of the former single module, private ones
-included):
+imports this package, which offers their public names):
 
 - :mod:`raysearch.tracking.client`: the client and experiment of a store, the params of a run,
   the batched writes (params, metrics, epochs, dataset, reliability diagram);
@@ -18,7 +17,10 @@ included):
 - :mod:`raysearch.tracking.export`: :func:`finalize_sweep` and the exported best config;
 - :mod:`raysearch.tracking.reconcile`: a trial's child run reconciled with Ray Tune's records
   of it (what ``raysearch sync`` writes);
-- :mod:`raysearch.tracking.callback`: :class:`MlflowSweepCallback` and :class:`SweepCallback`;
+- :mod:`raysearch.tracking.trial_text`: how a trial is shown (params, config, short names);
+- :mod:`raysearch.tracking.callback`: :class:`MlflowSweepCallback`, the sweep's record;
+- :mod:`raysearch.tracking.own_sweep`: :class:`SweepCallback`, the same for a trainable of
+  the user's own;
 - :mod:`raysearch.tracking.train`: :func:`train_and_log` and :func:`log_calibration_run`;
 - :mod:`raysearch.tracking.pyfunc`: a selected trial as an MLflow pyfunc model (weights and
   calibrator), saved or registered.
@@ -37,26 +39,22 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-#: Where each name of this package comes from: ``{submodule: names}``; every name the former
-#: single module defined (public and private) stays importable from here.
+#: Where each public name of this package comes from: ``{submodule: names}``.
 _FROM: dict[str, tuple[str, ...]] = {
-    'raysearch.tracking.book': (
-        '_BOOKS', '_BOOKS_LOCK', '_SweepBook', '_book_for',
-    ),
     'raysearch.tracking.callback': (
-        'MlflowSweepCallback', 'SweepCallback', '_jsonable', 'describe', '_last_step', '_short',
-        '_short_name', '_trial_error',
+        'MlflowSweepCallback',
+    ),
+    'raysearch.tracking.own_sweep': (
+        'SweepCallback',
     ),
     'raysearch.tracking.client': (
-        '_PARAM_CHARS', '_RUN_DEFAULTS', '_SHA_CACHE', '_numeric_metrics', '_param_text',
-        '_split_labels', '_weights_sha256', 'dataset_record', 'ensure_experiment',
+        'dataset_record', 'ensure_experiment',
         'get_client', 'log_dataset', 'log_epochs', 'log_metrics', 'log_params',
         'log_reliability', 'run_params',
     ),
     'raysearch.tracking.export': (
-        'FAULT_ENV', '_config_names', '_ended_after', '_package_version', '_plugin_packages',
-        'best_config_document', 'check_export_versions', 'fault_point', 'finalize_sweep',
-        'requirements',
+        'FAULT_ENV', 'best_config_document', 'check_export_versions', 'fault_point',
+        'finalize_sweep', 'requirements',
     ),
     'raysearch.tracking.runs': (
         'COMPLETE_TAG', 'CONFIGURATION_TAG', 'CONFIG_TAG', 'DEFAULT_EXPERIMENT',
@@ -78,9 +76,12 @@ _FROM: dict[str, tuple[str, ...]] = {
         'reconcile_trial',
     ),
     'raysearch.tracking.sweeps': (
-        '_SPOILING_OUTCOMES', '_coerce', 'annotate_selection', 'child_runs', 'load_sweep',
+        'annotate_selection', 'child_runs', 'load_sweep',
         'seed_trials', 'summarize_configuration', 'sweep_runs', 'sweep_trials',
         'trial_outputs', 'write_parquet',
+    ),
+    'raysearch.tracking.trial_text': (
+        'describe',
     ),
     'raysearch.tracking.train': (
         'log_calibration_run', 'train_and_log',

@@ -1,20 +1,19 @@
-"""The driver-side Ray Tune callbacks that record a sweep in MLflow.
+"""The driver-side Ray Tune callback that records a sweep in MLflow.
 
 :class:`MlflowSweepCallback` makes a child run per trial under the sweep's parent run (for
 ``--repeats``, a configuration run per sampled configuration with its seeds' runs below it),
 logs each epoch's metrics, the test metrics and the artifacts, and adopts the runs of a resumed
-sweep; :class:`SweepCallback` is the same record for a Tune trainable of a user's own, which also
-makes the parent run and selects the winner when the trials ended.
+sweep. The same record for a Tune trainable of the user's own is
+:class:`raysearch.tracking.own_sweep.SweepCallback`.
 
 Imports :mod:`raysearch.tracking.book`, :mod:`~raysearch.tracking.client`,
-:mod:`~raysearch.tracking.sweeps` and :mod:`~raysearch.tracking.export`; no module of the
-package imports it but :mod:`raysearch.tracking`, which re-exports it.
+:mod:`~raysearch.tracking.sweeps`, :mod:`~raysearch.tracking.export` and
+:mod:`~raysearch.tracking.trial_text`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import threading
 import time
@@ -22,28 +21,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from mlflow.tracking import MlflowClient
 from ray import tune
 
 from raysearch.tracking.book import _BOOKS, _BOOKS_LOCK, _book_for, _SweepBook
 from raysearch.tracking.client import (
     _numeric_metrics,
-    ensure_experiment,
-    get_client,
     log_dataset,
     log_epochs,
     log_params,
     log_reliability,
-    run_params,
 )
-from raysearch.tracking.export import finalize_sweep, warm_end_imports
-from raysearch.tracking.reconcile import error_line
+from raysearch.tracking.export import warm_end_imports
 from raysearch.tracking.runs import (
     COMPLETE_TAG,
     CONFIG_TAG,
     CONFIGURATION_TAG,
-    DEFAULT_EXPERIMENT,
     ERROR_TAG,
     NODE_KEY,
     NODE_TAG,
@@ -59,6 +52,7 @@ from raysearch.tracking.runs import (
     TRIAL_TAG,
 )
 from raysearch.tracking.sweeps import summarize_configuration, sweep_runs
+from raysearch.tracking.trial_text import describe, short_name, short_value, trial_error
 from raysearch.training.records import (
     ARTIFACT_FILES,
     CHECKPOINT_SKIPPED,
@@ -79,21 +73,6 @@ def _last_step(client: MlflowClient, run_id: str) -> int:
     """Last epoch logged to `run_id` (0 when none)."""
     steps = [m.step for m in client.get_metric_history(run_id, "val_accuracy")]
     return max(steps, default=0)
-
-
-def describe(space: Any, overrides: dict[str, Any],
-             config: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
-    """(config JSON, MLflow params, short method name) of a sweep's trial config.
-
-    The config is resolved through the sweep's `space` with its `overrides` into a
-    :class:`RunConfig`; a config the space cannot resolve (the trial will fail too) gets an
-    ``error`` param.
-    """
-    try:
-        cfg = space.resolve(config, **overrides)
-    except ValueError as exc:
-        return "{}", {"error": str(exc)[:400]}, "?"
-    return json.dumps(cfg.to_dict()), run_params(cfg), _short_name(cfg.loss.name)
 
 
 class MlflowSweepCallback(tune.Callback):
@@ -122,8 +101,9 @@ class MlflowSweepCallback(tune.Callback):
         experiment_id: experiment holding the parent run.
         parent_run_id: the sweep's parent run.
         sweep_name: the sweep's name (prefix of child run names).
-        space: the sweep's search space (resolves trial configs).
-        overrides: sweep-wide RunConfig overrides (dataset, epochs, seed, ...).
+        configs: resolves a trial's config into its run config (``configs.resolve(config)``:
+            :class:`raysearch.tune.spaces.TrialConfigs`, or a search space); its ``epochs``,
+            when it has them, are the epochs of every trial.
         progress: called with one readable line per finished trial, one per retry, and with an
             epoch line for a running trial when its last line is at least
             :attr:`EPOCH_LINE_EVERY_S` seconds old (long epochs on real datasets; digits
@@ -146,7 +126,7 @@ class MlflowSweepCallback(tune.Callback):
     requires_completed = True
 
     def __init__(self, client: MlflowClient, experiment_id: str, parent_run_id: str,
-                 sweep_name: str, space: Any, overrides: dict[str, Any],
+                 sweep_name: str, configs: Any,
                  progress: Callable[[str], None] | None = None, total: int | None = None,
                  max_failures: int = 0, dataset: dict[str, Any] | None = None,
                  repeats: int = 1):
@@ -156,8 +136,7 @@ class MlflowSweepCallback(tune.Callback):
         self.experiment_id = experiment_id
         self.parent_run_id = parent_run_id
         self.sweep_name = sweep_name
-        self.space = space
-        self.overrides = overrides
+        self.configs = configs
         self.progress = progress
         self.total = total
         self.max_failures = max_failures
@@ -377,13 +356,16 @@ class MlflowSweepCallback(tune.Callback):
                 self.progress(line)
 
     def describe(self, config: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
-        """(config JSON, MLflow params, short method name) of a trial config (:func:`describe`)."""
-        return describe(self.space, self.overrides, config)
+        """(config JSON, MLflow params, short method name) of a trial config.
+
+        See :func:`raysearch.tracking.trial_text.describe`.
+        """
+        return describe(self.configs, config)
 
     def headline(self, config: dict[str, Any]) -> str:
         """The method and hyperparameters of a trial, for its progress line."""
         try:
-            cfg = self.space.resolve(config, **self.overrides)
+            cfg = self.configs.resolve(config)
         except ValueError:
             return "?"
         shown = {**cfg.loss.params, "lr": cfg.optimizer.lr}
@@ -391,8 +373,8 @@ class MlflowSweepCallback(tune.Callback):
         shown.update({k: v for k, v in config.items() if "." in k
                       and k.split(".", 1)[0] in ("model", "data", "optimizer")
                       and k not in ("optimizer.lr",)})
-        hp = " ".join(f"{k}={_short(v)}" for k, v in shown.items() if k != "variant")
-        head = f"{_short_name(cfg.loss.name):<6s} {hp}"
+        hp = " ".join(f"{k}={short_value(v)}" for k, v in shown.items() if k != "variant")
+        head = f"{short_name(cfg.loss.name):<6s} {hp}"
         if self.repeats > 1 and SEED_INDEX_KEY in config:
             head += f" seed {cfg.seed}"
         return head
@@ -460,7 +442,7 @@ class MlflowSweepCallback(tune.Callback):
         if "val_accuracy" not in metrics or "val_ece" not in metrics:
             return
         book.last_line[tid] = now
-        epochs = self.overrides.get("epochs") or trial.config.get("epochs", "?")
+        epochs = getattr(self.configs, "epochs", None) or trial.config.get("epochs", "?")
         self.progress(f"  {tid} epoch {epoch}/{epochs}: val acc "
                       f"{100 * metrics['val_accuracy']:.2f}% ECE {100 * metrics['val_ece']:.2f}%"
                       f" ({now - book.started.get(tid, now):.0f}s)")
@@ -472,7 +454,7 @@ class MlflowSweepCallback(tune.Callback):
         book = self.book
         book.retries[tid] = book.retries.get(tid, 0) + 1
         count = book.retries[tid]
-        message = _trial_error(trial)
+        message = trial_error(trial)
         self._submit(lambda: self._tag_retry(tid, count, message), tid)
         if self.progress is not None:
             self.progress(f"  {tid} failed ({message.splitlines()[-1][:160]}); retrying from its "
@@ -531,7 +513,7 @@ class MlflowSweepCallback(tune.Callback):
     def on_trial_error(self, iteration: int, trials: list, trial: Any,  # noqa: D102
                        **info: Any) -> None:
         self._start(trial)
-        self._fail(trial, _trial_error(trial), dict(trial.last_result or {}), outcome="error")
+        self._fail(trial, trial_error(trial), dict(trial.last_result or {}), outcome="error")
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:  # noqa: D102
         self.book.flush()
@@ -598,123 +580,3 @@ class MlflowSweepCallback(tune.Callback):
         self.progress(f"[{book.finished}{total}] {head}{scores} ({elapsed:.1f}s, {outcome})")
 
 
-def _short_name(name: str) -> str:
-    """A name for run names and progress lines: an import string's attribute (``MyLoss``)."""
-    return name.rsplit(":", 1)[-1].rsplit(".", 1)[-1] if ":" in name else name
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.3g}"
-    return str(value)
-
-
-def _trial_error(trial: Any) -> str:
-    path = getattr(trial, "error_file", None)
-    if path and Path(path).is_file():
-        return error_line(Path(path).read_text())
-    return str(getattr(trial, "error_msg", None) or "unknown error")
-
-
-class SweepCallback(MlflowSweepCallback):
-    """The sweep's MLflow record for a Tune trainable of your own (a ``tune.Tuner`` callback).
-
-    Give it to your ``tune.RunConfig(callbacks=[...])``: it makes a parent run for the sweep and
-    a child run per trial (the trial's config as params, every reported metric with
-    ``step=epoch`` or ``training_iteration``), and once the trials ended it applies the
-    selection rule ("lowest `ece` within `tolerance` of the best `accuracy`", on validation
-    metrics) and attaches ``pareto.png``, ``trials.parquet`` and ``best_config.yaml`` to the
-    parent run, as ``raysearch sweep`` does. A trial counts as complete when it ends without an
-    error (a last result with ``completed: False``, e.g. one a scheduler stopped, does not).
-
-    The tracking URI is `tracking_uri`, else ``$MLFLOW_TRACKING_URI``, else
-    ``sqlite:///<cwd>/mlruns.db``.
-
-    Args:
-        name: the sweep's name (the parent run's name and tag; default
-            ``<space>-<YYYYmmdd-HHMMSS>``).
-        space: the :class:`~raysearch.tune.spaces.SearchSpace` the trials were sampled from
-            (their params are then named as in the space); None: the config's scalar values.
-        experiment: MLflow experiment.
-        tracking_uri: MLflow tracking URI.
-        accuracy: the validation metric of the accuracy axis (maximised).
-        ece: the validation metric of the calibration axis (minimised).
-        tolerance: accuracy tolerance of the rule (absolute fraction).
-        progress: called with one line per finished trial (default: :func:`print`).
-
-    Attributes:
-        parent_run_id: the sweep's parent run.
-        trials: after the sweep, the trials table (``on_front``, ``selected`` columns).
-
-    Example:
-        >>> callback = SweepCallback(space=space)                  # doctest: +SKIP
-        >>> tune.Tuner(my_trainable, tune_config=tune.TuneConfig(search_alg=raysearch.searcher(
-        ...     space)), run_config=tune.RunConfig(callbacks=[callback])).fit()
-    """
-
-    requires_completed = False
-
-    def __init__(self, name: str | None = None, *, space: Any = None,
-                 experiment: str = DEFAULT_EXPERIMENT, tracking_uri: str | None = None,
-                 accuracy: str = "val_accuracy", ece: str = "val_ece",
-                 tolerance: float = 0.01,
-                 progress: Callable[[str], None] | None = print) -> None:
-        client, uri = get_client(tracking_uri)
-        experiment_id = ensure_experiment(client, experiment, uri)
-        name = name or f"{space.name if space is not None else 'sweep'}-" \
-                       f"{time.strftime('%Y%m%d-%H%M%S')}"
-        parent = client.create_run(experiment_id, run_name=name,
-                                   tags={SWEEP_TAG: name, "raysearch.tune.trainable": "own"})
-        log_params(client, parent.info.run_id, {
-            "space": space.name if space is not None else "", "tolerance": tolerance,
-            "accuracy_metric": accuracy[len("val_"):] if accuracy.startswith("val_")
-            else accuracy, "ece_metric": ece[len("val_"):] if ece.startswith("val_") else ece,
-            "selection_rule": f"lowest {ece} within {tolerance} of the best {accuracy}"})
-        super().__init__(client, experiment_id, parent.info.run_id, name, space, {},
-                         progress=progress)
-        self.accuracy, self.ece, self.tolerance = accuracy, ece, tolerance
-        self.trials: pd.DataFrame | None = None
-
-    def describe(self, config: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
-        """The trial's config as JSON, its scalar values (or the space's names) as params."""
-        plain = {k: v for k, v in config.items() if isinstance(v, (str, int, float, bool))
-                 or v is None}
-        if self.space is not None:
-            try:
-                plain = self.space.plain_params(config)
-            except ValueError:
-                pass
-        method = _short_name(str(plain.get("method", "trial")))
-        return json.dumps(_jsonable(config)), plain, method
-
-    def headline(self, config: dict[str, Any]) -> str:
-        """The trial's sampled values, for its progress line."""
-        _, params, _ = self.describe(config)
-        return " ".join(f"{k}={_short(v)}" for k, v in params.items())
-
-    def on_experiment_end(self, trials: list, **info: Any) -> None:
-        """Flush the writes, then select and attach the Pareto plot, table and best config."""
-        super().on_experiment_end(trials, **info)
-        self.close()
-        self.trials = finalize_sweep(self.client, self.parent_run_id, tolerance=self.tolerance,
-                                     ece_key=self.ece, accuracy_key=self.accuracy)
-        if self.progress is not None:
-            picked = self.trials[self.trials["selected"]] if not self.trials.empty else None
-            line = (f"selected {picked.iloc[0]['trial']}" if picked is not None and len(picked)
-                    else "no complete trial: nothing selected")
-            self.progress(f"sweep {self.sweep_name}: {line}; parent run {self.parent_run_id}")
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if hasattr(value, "item"):
-        try:
-            return value.item()
-        except (TypeError, ValueError):
-            pass
-    return str(value)

@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,29 +21,42 @@ from typing import Any
 
 import optuna
 import pandas as pd
-import ray
 from ray import tune
 from ray.tune.logger import JsonLoggerCallback
 from ray.tune.schedulers import ASHAScheduler
 from ray.tune.search.optuna import OptunaSearch
 
 from raysearch import tracking
-from raysearch.config import _absolute
+from raysearch.config import absolute_path
+from raysearch.metrics import metric_direction
 from raysearch.tracking import ui
 from raysearch.tracking.reconcile import STORE_ERRORS
+from raysearch.training.records import COMPLETED, DIVERGED
 from raysearch.tune import study as sweep_study
+from raysearch.tune.cluster import (
+    check_gpus,
+    check_ray_address,
+    check_tracking_for_cluster,
+    init_ray,
+)
 from raysearch.tune.heap import frozen_heap
-from raysearch.tune.prepare import Prepared, build_shift, prepare_data
+from raysearch.tune.plan import SweepPlan, build_shift, make_plan
 from raysearch.tune.searchers import RepeatedSearcher
-from raysearch.tune.settings import OBJECTIVES, RAY_JOB_ENV, SAMPLERS, SCHEDULERS, SweepSettings
-from raysearch.tune.spaces import SearchSpace, load_space
+from raysearch.tune.settings import SAMPLERS, SweepSettings
+from raysearch.tune.spaces import SearchSpace, TrialConfigs, load_space
 from raysearch.tune.storage import check_storage, resolve_storage
-from raysearch.tune.sync import read_trials, reconcile_sweep, repair_checkpoints
-from raysearch.tune.trainable import COMPLETED, DIVERGED, run_trial, trial_env, trial_resources
+from raysearch.tune.sweep_record import (
+    SWEEP_RECORD,
+    check_new_sweep_name,
+    default_sweep_name,
+    driver_id,
+)
+from raysearch.tune.sync import read_trials, reconcile_sweep
+from raysearch.tune.trainable import trial_resources, tune_trial
+from raysearch.tune.trial_options import TrialOptions
 
-__all__ = ["OBJECTIVES", "SAMPLERS", "SCHEDULERS", "CompletedOnlyOptunaSearch", "SweepResult",
-           "SweepSettings", "TrackingUnavailableError", "build_tuner", "init_ray",
-           "make_sampler", "prepare_data", "resume_sweep", "run_sweep", "sync_sweep"]
+__all__ = ["CompletedOnlyOptunaSearch", "SweepResult", "TrackingUnavailableError",
+           "build_tuner", "describer", "execute", "make_sampler", "run_sweep", "trial_options"]
 
 logger = logging.getLogger(__name__)
 
@@ -138,166 +149,8 @@ def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
     raise ValueError(f"unknown sampler '{name}'; choose from {', '.join(SAMPLERS)}")
 
 
-def quiet_ray_env() -> None:
-    """Silence the noise users see from Ray and Optuna in a sweep (see the stack notes)."""
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-    os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    # a diverged trial's last report carries no metrics (it is recorded FAILED, not scored)
-    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    # our own progress lines report every trial (failures included); Tune's summaries of the
-    # same events and its "could not fetch metrics" notes (no result.json by design) are noise
-    for name in ("ray.tune", "ray.train", "ray.air"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-
-
-def init_ray(address: str | None = None, modules: tuple[str, ...] = ()) -> None:
-    """Connect to `address` or start a local Ray, unless Ray is already initialised.
-
-    On a remote cluster (:func:`is_remote_address`) the user's own packages and modules
-    (`modules`: what :func:`prepare_data` found behind the import strings and callables) are
-    shipped with Ray's ``runtime_env`` ``py_modules``, so every worker imports them as the
-    driver does. A local Ray needs nothing shipped: its workers start with the driver's
-    current directory and ``PYTHONPATH`` on their path.
-    """
-    quiet_ray_env()
-    if ray.is_initialized():
-        return
-    runtime_env: dict[str, Any] = {"env_vars": trial_env()}
-    if modules and is_remote_address(address):
-        runtime_env["py_modules"] = list(modules)
-    ray.init(address=address, log_to_driver=False, configure_logging=True,
-             logging_level=logging.WARNING, runtime_env=runtime_env)
-
-
-def in_ray_job() -> bool:
-    """True when this process is a Ray Job's entrypoint (its cwd is a temporary copy)."""
-    return RAY_JOB_ENV in os.environ
-
-
-def is_remote_address(address: str | None) -> bool:
-    """True when the sweep's driver-side work may run away from this machine's cwd.
-
-    A Ray Client address (``ray://``, even tunnelled to 127.0.0.1: Tune then runs the sweep on
-    the head node) or a cluster on another host; ``auto``/``local``/None and a GCS address on
-    this machine are local.
-    """
-    if not address or address in ("local", "auto"):
-        return False
-    if address.startswith("ray://"):
-        return True
-    host = address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
-    return host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0")
-
-
-def check_tracking_for_cluster(uri: str | None, address: str | None) -> None:
-    """Refuse a relative SQLite tracking URI when the sweep runs on a remote cluster.
-
-    The MLflow records are written by the sweep's driver-side callback, which runs where Tune's
-    controller runs: on the head node for a Ray Client address (``ray://``) or a Ray Job, whose
-    working directory is a temporary copy that vanishes with the job. A relative SQLite file
-    (including the default ``./mlruns.db``) would land there. An ``http(s)://`` tracking
-    server, a database URI or an absolute SQLite path that exists where the driver runs is
-    accepted.
-
-    Args:
-        uri (str | None): the tracking URI as the user gave it (``--tracking-uri`` or
-            ``$MLFLOW_TRACKING_URI``); None means the default ``./mlruns.db``.
-        address (str | None): ``--address``.
-
-    Raises:
-        ValueError: one line saying why and what to use instead.
-    """
-    if not is_remote_address(address) and not in_ray_job():
-        return
-    if uri is not None and (not uri.startswith("sqlite:///") or uri.startswith("sqlite:////")):
-        return
-    uri = uri or "sqlite:///mlruns.db (the default)"
-    where = (f"--address {address} runs the sweep on a remote Ray cluster"
-             if is_remote_address(address) else "this sweep runs as a Ray Job")
-    raise ValueError(f"--tracking-uri {uri} is a relative SQLite file, but {where}, where the "
-                     "driver's working folder may be a temporary copy: use an MLflow server "
-                     "(--tracking-uri http://HOST:5000) or an absolute sqlite:////path")
-
-
-def check_ray_address(address: str | None, *, timeout: float = 5.0) -> None:
-    """Fail in one line when `address` (``host:port`` or ``ray://host:port``) is unreachable.
-
-    ``ray.init`` would otherwise retry for minutes. ``auto``, ``local`` and None are not probed.
-
-    Raises:
-        ValueError: naming the address and the socket error.
-    """
-    if not address or address in ("auto", "local"):
-        return
-    rest = address.split("://", 1)[-1]
-    host, _, port = rest.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"--address {address}: expected host:port or ray://host:port")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
-    except OSError as exc:
-        raise ValueError(f"cannot reach the Ray cluster at --address {address}: "
-                         f"{exc.strerror or exc}") from None
-
-
-def check_gpus(settings: SweepSettings) -> None:
-    """Fail in one line when trials ask for GPUs that the Ray cluster does not have."""
-    if settings.workers_per_trial > 1:
-        wanted = settings.workers_per_trial * settings.gpus_per_worker
-        option = f"--workers-per-trial {settings.workers_per_trial} --gpus-per-worker " \
-                 f"{settings.gpus_per_worker:g}"
-    else:
-        wanted, option = settings.gpus_per_trial, f"--gpus-per-trial {settings.gpus_per_trial:g}"
-    if not wanted:
-        return
-    have = float(ray.cluster_resources().get("GPU", 0))
-    if have >= wanted:
-        return
-    cluster = bool(settings.address) or in_ray_job()
-    where = "the Ray cluster" if cluster else "this machine"
-    message = (f"{option} needs {wanted:g} GPU per trial but {where} has {have:g}; "
-               "leave the GPU options out to train on the CPU")
-    if cluster:
-        # an autoscaling cluster may still add GPU nodes: say it, and let Ray wait for them
-        logger.warning("%s (waiting for the autoscaler to add GPU nodes)", message)
-        return
-    raise ValueError(message)
-
-
 def _sizes(data: Any) -> str:
     return f"{len(data.train)} train / {len(data.val)} val / {len(data.test)} test samples"
-
-
-def default_sweep_name(space: SearchSpace) -> str:
-    """``<space>-<YYYYmmdd-HHMMSS>``."""
-    return f"{space.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-#: Parent-run artifact holding what ``--resume`` needs: the settings and the search space.
-SWEEP_RECORD = "sweep.json"
-
-
-def check_new_sweep_name(client: Any, experiment: str, name: str) -> None:
-    """Refuse a sweep name the experiment already holds (its runs would be mixed up).
-
-    Raises:
-        ValueError: one line naming the existing sweep and suggesting ``--resume``.
-    """
-    if client.get_experiment_by_name(experiment) is None:
-        return
-    try:
-        parent = tracking.find_sweep(client, name, experiment, known=False)
-    except ValueError:
-        return
-    started = time.strftime("%Y-%m-%d %H:%M", time.localtime(parent.info.start_time / 1000))
-    raise ValueError(f"a sweep named '{name}' already exists in experiment '{experiment}' "
-                     f"(started {started}, {parent.info.status}): continue it with "
-                     f"`raysearch sweep --resume {name}` or choose another --name")
 
 
 @frozen_heap()  # from the checks to the selection (see frozen_heap)
@@ -318,48 +171,63 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
         The :class:`SweepResult`.
 
     Raises:
-        ValueError: on bad settings, an unknown space or name, an import string that does not
-            import, a factory that raises or breaks its contract, an unreachable tracking URI,
-            or a sweep name the experiment already has (use :func:`resume_sweep`); all are
-            checked before Ray starts, any trial runs or anything is written.
+        ValueError: on an unknown space or name, an import string that does not import, a
+            factory that raises or breaks its contract, an unreachable tracking URI, or a sweep
+            name the experiment already has (use :func:`raysearch.tune.resume.resume_sweep`);
+            all are checked before Ray starts, any trial runs or anything is written.
     """
     settings = settings or SweepSettings()
-    settings.validate()
     space = space if isinstance(space, SearchSpace) else load_space(space)
     say = progress or (lambda line: logger.info("%s", line))
-    from raysearch.tune.recipes import with_recipe
-
-    space, _, why = with_recipe(space, settings)  # the training protocol (raysearch.tune.recipes)
     # names, data, models, losses and optimizers fail here, before Ray or MLflow
-    prepared = prepare_data(space, settings, say, components)
-    say(why)
-    data = prepared.data
-    settings.validate()  # the metrics of the data's task are known now
+    plan = make_plan(space, settings, say, components)
+    say(plan.recipe_note)
     check_tracking_for_cluster(settings.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"),
                                settings.address)
     client, uri = tracking.get_client(settings.tracking_uri)
-    name = settings.name or default_sweep_name(space)
+    name = settings.name or default_sweep_name(plan.space)
     check_new_sweep_name(client, settings.experiment, name)
     storage = resolve_storage(settings.storage_path)
     check_storage(storage)
     experiment_id = tracking.ensure_experiment(client, settings.experiment, uri)
     check_ray_address(settings.address)
-    init_ray(settings.address, prepared.modules)
-    check_gpus(settings)
+    init_ray(settings.address, plan.modules)
+    check_gpus(settings.resources, settings.address)
     ray_client = (settings.address or "").startswith("ray://")  # the searcher runs on the head
     optuna_url = None if ray_client else sweep_study.optuna_storage_url(uri, storage)
     if optuna_url:
         sweep_study.check_new_study(optuna_url, name)
+    parent_id = _start_parent(client, experiment_id, name, plan, storage, optuna_url)
+    say(_start_line(name, plan, uri))
+    return execute(plan, client, uri, experiment_id, parent_id, name, storage, say,
+                   components=components)
+
+
+def _start_parent(client: Any, experiment_id: str, name: str, plan: SweepPlan, storage: str,
+                  optuna_url: str | None) -> str:
+    """Create the sweep's parent run with its tags, params, record and dataset; its id."""
+    settings = plan.settings
     parent = client.create_run(experiment_id, run_name=name,
-                               tags={tracking.SWEEP_TAG: name, "raysearch.space": space.name,
-                                     tracking.DRIVER_TAG: _driver(),
+                               tags={tracking.SWEEP_TAG: name, "raysearch.space": plan.space.name,
+                                     tracking.DRIVER_TAG: driver_id(),
                                      **({sweep_study.STORAGE_TAG: optuna_url,
                                          sweep_study.STUDY_TAG: name} if optuna_url else {})})
     parent_id = parent.info.run_id
-    max_failures = settings.resolved_max_failures()
-    tracking.log_params(client, parent_id, {
-        "space": space.name, "methods": ",".join(space.methods), "dataset": settings.dataset,
-        "recipe": space.recipe or "none",
+    tracking.log_params(client, parent_id, _parent_params(plan, storage))
+    record = {"version": 1, "name": name, "storage_path": storage,
+              "settings": {**settings.to_record(), "name": name},
+              "space": plan.space.to_dict()}
+    client.log_text(parent_id, json.dumps(record, indent=1), SWEEP_RECORD)
+    tracking.log_dataset(client, parent_id, _dataset_record(plan))
+    return parent_id
+
+
+def _parent_params(plan: SweepPlan, storage: str) -> dict[str, Any]:
+    """The parent run's params: the sweep's settings, its recipe, its data's description."""
+    settings, resources = plan.settings, plan.settings.resources
+    return {
+        "space": plan.space.name, "methods": ",".join(plan.space.methods),
+        "dataset": plan.dataset, "recipe": plan.space.recipe or "none",
         "num_samples": settings.num_samples, "max_concurrent": settings.max_concurrent,
         "epochs": settings.epochs if settings.epochs is not None else "space",
         "seed": settings.seed, "objective": settings.objective, "sampler": settings.sampler,
@@ -369,220 +237,106 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
         "repeats": settings.repeats, "selection": settings.selection,
         "accuracy_metric": settings.accuracy_metric,
         **({"metrics": ",".join(settings.metrics)} if settings.metrics else {}),
-        "model": settings.model or "space", "gpus_per_trial": settings.gpus_per_trial,
-        "cpus_per_trial": settings.cpus_per_trial, "precision": settings.precision,
-        "workers_per_trial": settings.workers_per_trial, "max_failures": max_failures,
-        "storage_path": storage,
-        **{f"data_{k}": v for k, v in data.info.items()},
-    })
-    record = {"version": 1, "name": name, "storage_path": storage,
-              "settings": {**settings.to_record(), "name": name},
-              "space": space.to_dict()}
-    client.log_text(parent_id, json.dumps(record, indent=1), SWEEP_RECORD)
-    tracking.log_dataset(client, parent_id, _dataset_record(data, settings))
-    gpu = f", {settings.gpus_per_trial:g} GPU per trial" if settings.gpus_per_trial else ""
+        "model": plan.model or "space", "gpus_per_trial": resources.gpus_per_trial,
+        "cpus_per_trial": resources.cpus_per_trial, "precision": resources.precision,
+        "workers_per_trial": resources.workers_per_trial,
+        "max_failures": settings.resolved_max_failures(), "storage_path": storage,
+        **{f"data_{k}": v for k, v in plan.data.info.items()},
+    }
+
+
+def _start_line(name: str, plan: SweepPlan, uri: str) -> str:
+    """The progress line that starts a sweep: its trials, space, data, objective, store."""
+    settings = plan.settings
+    gpus = settings.resources.gpus_per_trial
+    gpu = f", {gpus:g} GPU per trial" if gpus else ""
     count = (f"{settings.num_samples} trials" if settings.repeats == 1 else
              f"{settings.num_samples} configurations x {settings.repeats} seeds "
              f"({settings.trials} trials)")
-    say(f"sweep {name}: {count} of space '{space.name}' on "
-        f"{settings.dataset} ({_sizes(data)}){gpu}, objective {settings.objective}, sampler "
-        f"{settings.sampler}; MLflow {uri} (experiment '{settings.experiment}')")
-    return _execute(space, settings, client, uri, experiment_id, parent_id, name, storage,
-                    prepared, say, components=components)
+    return (f"sweep {name}: {count} of space '{plan.space.name}' on "
+            f"{plan.dataset} ({_sizes(plan.data)}){gpu}, objective {settings.objective}, "
+            f"sampler {settings.sampler}; MLflow {uri} (experiment '{settings.experiment}')")
 
 
-@frozen_heap()
-def resume_sweep(name: str, *, tracking_uri: str | None = None,
-                 experiment: str = tracking.DEFAULT_EXPERIMENT, address: str | None = None,
-                 progress: Callable[[str], None] | None = None,
-                 components: dict[str, dict[str, Any]] | None = None,
-                 storage_path: str | None = None) -> SweepResult:
-    """Continue sweep `name` after its driver was killed or interrupted (``sweep --resume``).
-
-    The sweep's settings and search space come from its record (``sweep.json`` of the parent
-    run); Tune's experiment state, the Optuna searcher and the trials' checkpoints come from
-    its storage path (``Tuner.restore``). Finished trials are not run again; unfinished ones
-    and ones that had failed resume from their last checkpoints (``resume_unfinished``,
-    ``resume_errored``: the same trial ids, so each keeps its one MLflow child run, set RUNNING
-    again); the searcher samples the trials the sweep still lacks. The parent run is reopened,
-    not recreated, and gets the selection, plot and table at the end as usual.
-
-    Args:
-        name: the sweep's name (``--name``, or the ``<space>-<timestamp>`` it printed).
-        tracking_uri: the store the sweep was tracked in (default as for a sweep).
-        experiment: its MLflow experiment.
-        address: the Ray cluster to continue on (default: the sweep's own ``--address``).
-        progress: as for :func:`run_sweep`.
-        components: the objects a sweep started from Python was given (as for
-            :func:`run_sweep`): names recorded as ``__main__:...`` need them again.
-        storage_path: where the sweep's Tune storage is now (default: the path it was started
-            with, from its record): the same path, or a folder (URI) the storage was moved or
-            copied to; the sweep's own experiment folder ``<path>/<name>`` is accepted too. The
-            record then points to it for later resumes.
-
-    Returns:
-        The :class:`SweepResult` over all the sweep's trials.
-
-    Raises:
-        ValueError: if the sweep is unknown, already finished, has no record (made by an
-            older raysearch) or no Tune experiment state at its storage path (with
-            `storage_path`: one line naming the path and the one the sweep was started with).
-    """
-    say = progress or (lambda line: logger.info("%s", line))
-    client, uri = tracking.get_client(tracking_uri)
-    parent = tracking.find_sweep(client, name, experiment)
-    if parent.info.status == "FINISHED" and not _has_errored_trials(client, parent):
-        raise ValueError(f"sweep '{name}' already finished with no failed trial; nothing to "
-                         f"resume (`raysearch report {name}` shows it)")
-    record = _load_record(client, parent.info.run_id, name)
-    space = SearchSpace.from_dict(record["space"])
-    settings = SweepSettings.from_record(record["settings"])
-    settings.tracking_uri, settings.experiment, settings.name = uri, experiment, name
-    if address is not None:
-        settings.address = address
-    settings.validate()
-    storage = _resume_storage(record, name, storage_path)
-    path = f"{storage.rstrip('/')}/{name}"
-    if sweep_study.STORAGE_TAG in parent.data.tags:  # the restored searcher reconnects to it
-        sweep_study.load_sweep_study(parent)
-    if not tune.Tuner.can_restore(path):
-        raise ValueError(f"sweep '{name}' cannot be resumed: no Tune experiment state under "
-                         f"{path} (the driver stopped before Tune's first snapshot); start it "
-                         "again with another --name")
-    if storage.rstrip("/") != record["storage_path"].rstrip("/"):
-        say(f"sweep {name}: storage {record['storage_path']} -> {storage} (recorded for later "
-            "resumes)")
-        record["storage_path"] = storage
-        client.log_text(parent.info.run_id, json.dumps(record, indent=1), SWEEP_RECORD)
-    settings.storage_path = storage
-    prepared = prepare_data(space, settings, say, components)
-    check_tracking_for_cluster(tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"),
-                               settings.address)
-    check_ray_address(settings.address)
-    init_ray(settings.address, prepared.modules)
-    check_gpus(settings)
-    parent_id = parent.info.run_id
-    client.update_run(parent_id, status="RUNNING")
-    resumes = int(parent.data.tags.get("raysearch.resumes", 0)) + 1
-    client.set_tag(parent_id, "raysearch.resumes", str(resumes))
-    client.set_tag(parent_id, tracking.DRIVER_TAG, _driver())
-    trials = read_trials(path)
-    repair_checkpoints(trials, say)  # a snapshot naming a checkpoint Tune had deleted
-    # what the killed driver never wrote to MLflow, from Tune's records, before the trials go on
-    done = reconcile_sweep(client, parent, trials, describe=_describer(space, settings),
-                           repeats=settings.repeats, progress=say)
-    if done.changed:
-        say(f"sweep {name}: MLflow caught up with Tune's records ({done.summary()})")
-    count = (f"{settings.num_samples} trials" if settings.repeats == 1 else
-             f"{settings.num_samples} configurations x {settings.repeats} seeds")
-    say(f"resuming sweep {name} from {path} ({count} of space "
-        f"'{space.name}' on {settings.dataset}); MLflow {uri} (experiment '{experiment}')")
-    result = _execute(space, settings, client, uri, parent.info.experiment_id, parent_id, name,
-                      storage, prepared, say, restore=path, components=components)
-    if not result.interrupted:  # asks of the killed driver that no trial ran stay RUNNING
-        sweep_study.fail_stale_trials(parent)
-    return result
-
-
-def _resume_storage(record: dict[str, Any], name: str, given: str | None) -> str:
-    """The storage root a resumed sweep reads Tune's state from (see :func:`resume_sweep`)."""
-    if given is None:
-        check_storage(record["storage_path"])
-        return record["storage_path"]
-    storage = resolve_storage(given).rstrip("/")
-    check_storage(storage)
-    if tune.Tuner.can_restore(f"{storage}/{name}"):
-        return storage
-    parent, _, leaf = storage.rpartition("/")
-    if leaf == name and parent and tune.Tuner.can_restore(storage):
-        return parent  # the sweep's own experiment folder
-    raise ValueError(f"--storage-path {given} does not hold sweep '{name}' (no Tune experiment "
-                     f"state at {storage}/{name}); give the path it was started with "
-                     f"({record['storage_path']}) or the folder it was moved to")
-
-
-def _has_errored_trials(client: Any, parent: Any) -> bool:
-    """True when a trial of the sweep ended FAILED by an error (``--resume`` retries those)."""
-    runs = tracking.sweep_runs(client, parent.info.experiment_id, parent.info.run_id)
-    return any(r.data.tags.get(tracking.OUTCOME_TAG) == "error" for r in runs
-               if r.data.tags.get(tracking.TRIAL_TAG))
-
-
-def _load_record(client: Any, parent_id: str, name: str) -> dict[str, Any]:
-    names = {a.path for a in client.list_artifacts(parent_id)}
-    if SWEEP_RECORD not in names:
-        raise ValueError(f"sweep '{name}' has no {SWEEP_RECORD} record (it was started by an "
-                         "older raysearch) and cannot be resumed")
-    with tempfile.TemporaryDirectory() as d:
-        local = client.download_artifacts(parent_id, SWEEP_RECORD, d)
-        return json.loads(Path(local).read_text())
-
-
-def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
-             experiment_id: str, parent_id: str, name: str, storage: str, prepared: Prepared,
-             say: Callable[[str], None], restore: str | None = None,
-             components: dict[str, dict[str, Any]] | None = None) -> SweepResult:
-    """Run (or, with `restore`, continue) the Tuner of a sweep; select and log at the end."""
+def trial_options(plan: SweepPlan, shift_set: Any = None,
+                  components: dict[str, dict[str, Any]] | None = None) -> TrialOptions:
+    """The :class:`~raysearch.tune.trial_options.TrialOptions` of the sweep's trials."""
     import cloudpickle
 
-    data = prepared.data
-    metric, mode = settings.objective_metrics()
-    overrides = settings.overrides()
+    settings, resources = plan.settings, plan.settings.resources
+    return TrialOptions(
+        posthoc=tuple(settings.posthoc), checkpoint_every=settings.checkpoint_every,
+        # a scheduler compares trials at every epoch (ASHA's rungs); otherwise epochs travel
+        # in fewer reports
+        report_every_epoch=settings.scheduler is not None, precision=resources.precision,
+        cpus_per_trial=resources.cpus_per_trial, workers=resources.workers_per_trial,
+        cpus_per_worker=resources.cpus_per_worker, gpus_per_worker=resources.gpus_per_worker,
+        shift_set=shift_set, fault_epoch=settings.fault_epoch, fault_kind=settings.fault_kind,
+        log_weights=settings.log_weights, metrics=tuple(settings.metrics),
+        code_paths=plan.code_paths,
+        # the API's callables travel by value; names are resolved by each worker itself
+        components=cloudpickle.dumps(components) if components else None)
+
+
+def _trainable(plan: SweepPlan, options: TrialOptions) -> Any:
+    """The sweep's Tune trainable: :func:`tune_trial` with its parameters and resources."""
+    resources = plan.settings.resources
+    return tune.with_resources(
+        tune.with_parameters(tune_trial, configs=plan.trial_configs, options=options),
+        trial_resources(cpus_per_trial=resources.cpus_per_trial,
+                        gpus_per_trial=resources.gpus_per_trial,
+                        workers=resources.workers_per_trial,
+                        cpus_per_worker=resources.cpus_per_worker,
+                        gpus_per_worker=resources.gpus_per_worker))
+
+
+def execute(plan: SweepPlan, client: Any, uri: str, experiment_id: str, parent_id: str,
+            name: str, storage: str, say: Callable[[str], None], restore: str | None = None,
+            components: dict[str, dict[str, Any]] | None = None) -> SweepResult:
+    """Run (or, with `restore`, continue) the Tuner of a sweep; select and log at the end.
+
+    Args:
+        plan: the sweep's plan.
+        client: MLflow client of the sweep's store, at `uri`.
+        uri: the tracking URI.
+        experiment_id: the MLflow experiment of the parent run `parent_id`.
+        parent_id: the sweep's parent run.
+        name: the sweep's name (Tune's experiment folder under `storage`).
+        storage: the storage root.
+        say: progress lines.
+        restore: the experiment folder to restore Tune's state from (``--resume``); None: a
+            new sweep.
+        components: objects given through the Python API.
+
+    Returns:
+        The :class:`SweepResult` (also after a Ctrl-C, which stops the trials; the selection
+        is among the finished ones).
+
+    Raises:
+        TrackingUnavailableError: when the store does not answer at the end.
+    """
+    settings = plan.settings
     max_failures = settings.resolved_max_failures()
     start = time.monotonic()
     status = "FAILED"
     callback = None
+    path = f"{storage.rstrip('/')}/{name}"
     try:
         shift_set = None
         if settings.shift_eval or settings.shift_data is not None:
-            shift_set = build_shift(data, settings, say)
+            shift_set = build_shift(plan.data, settings, say)
         # the callback Tune calls after a restore is the copy pickled with the experiment;
         # every copy in this process shares one writer, which this one flushes below
         callback = tracking.MlflowSweepCallback(
-            client, experiment_id, parent_id, name, space, overrides, progress=say,
+            client, experiment_id, parent_id, name, plan.trial_configs, progress=say,
             total=settings.trials, max_failures=max_failures,
-            dataset=_dataset_record(data, settings), repeats=settings.repeats)
-        resources = trial_resources(
-            cpus_per_trial=settings.cpus_per_trial, gpus_per_trial=settings.gpus_per_trial,
-            workers=settings.workers_per_trial, cpus_per_worker=settings.cpus_per_worker,
-            gpus_per_worker=settings.gpus_per_worker)
-        trainable = tune.with_resources(
-            tune.with_parameters(run_trial, space=space, overrides=overrides,
-                                 posthoc=tuple(settings.posthoc),
-                                 checkpoint_every=settings.checkpoint_every,
-                                 # a scheduler compares trials at every epoch (ASHA's rungs);
-                                 # otherwise epochs travel in fewer reports
-                                 report_every_epoch=settings.scheduler is not None,
-                                 precision=settings.precision,
-                                 cpus_per_trial=settings.cpus_per_trial, shift_set=shift_set,
-                                 workers=settings.workers_per_trial,
-                                 cpus_per_worker=settings.cpus_per_worker,
-                                 gpus_per_worker=settings.gpus_per_worker,
-                                 fault_epoch=settings.fault_epoch,
-                                 fault_kind=settings.fault_kind,
-                                 log_weights=settings.log_weights,
-                                 metrics=tuple(settings.metrics),
-                                 code_paths=prepared.code_paths,
-                                 # the API's callables travel by value; names are resolved
-                                 # by each worker itself
-                                 components=cloudpickle.dumps(components) if components
-                                 else None),
-            resources)
-        if restore is not None:
-            # unfinished trials go on from their checkpoints; failed ones too (resume, not
-            # restart: a restarted trial gets a new id, hence a second MLflow run)
-            tuner = tune.Tuner.restore(restore, trainable=trainable, resume_unfinished=True,
-                                       resume_errored=True)
-            callback.setup()  # adopt the sweep's runs now (Tune's restored copy shares them)
-            trials = _snapshot_trials(restore)
-            if trials is not None:
-                callback.known_trials({t.trial_id for t in trials})
-        else:
-            tuner = _new_tuner(space, settings, trainable, callback, name, storage, metric,
-                               mode, max_failures)
+            dataset=_dataset_record(plan), repeats=settings.repeats)
+        trainable = _trainable(plan, trial_options(plan, shift_set, components))
+        tuner = (_restored_tuner(restore, trainable, callback) if restore is not None else
+                 _new_tuner(plan, trainable, callback, name, storage, max_failures))
         tuner.fit()
         # Ctrl-C once: Tune stops the trials and returns normally
-        ended = _trials_ended(f"{storage.rstrip('/')}/{name}")
+        ended = _trials_ended(path)
         interrupted = ended is not None and ended < settings.trials
         status = "KILLED" if interrupted else "FINISHED"
         if interrupted:
@@ -596,8 +350,28 @@ def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
     finally:
         if callback is not None:
             callback.close()  # flush the queued MLflow writes before selecting
-        frame = _record_end(client, uri, parent_id, name, f"{storage.rstrip('/')}/{name}",
-                            space, settings, status, say)
+        frame = _record_end(client, uri, parent_id, name, path, plan, status, say)
+    return _result(plan, name, parent_id, uri, experiment_id, frame, status, start, say)
+
+
+def _restored_tuner(restore: str, trainable: Any, callback: Any) -> tune.Tuner:
+    """Tune's experiment at `restore`, its unfinished and failed trials to be continued."""
+    # unfinished trials go on from their checkpoints; failed ones too (resume, not restart:
+    # a restarted trial gets a new id, hence a second MLflow run)
+    tuner = tune.Tuner.restore(restore, trainable=trainable, resume_unfinished=True,
+                               resume_errored=True)
+    callback.setup()  # adopt the sweep's runs now (Tune's restored copy shares them)
+    trials = _snapshot_trials(restore)
+    if trials is not None:
+        callback.known_trials({t.trial_id for t in trials})
+    return tuner
+
+
+def _result(plan: SweepPlan, name: str, parent_id: str, uri: str, experiment_id: str,
+            frame: pd.DataFrame, status: str, start: float,
+            say: Callable[[str], None]) -> SweepResult:
+    """The :class:`SweepResult` of a sweep that ended, with its last progress line."""
+    settings = plan.settings
     selected = None
     if not frame.empty and frame["selected"].any():
         selected = frame[frame["selected"]].iloc[0]
@@ -612,6 +386,18 @@ def _execute(space: SearchSpace, settings: SweepSettings, client: Any, uri: str,
                        mlflow_hint=_ui_hint(uri))
 
 
+def describer(configs: TrialConfigs) -> Callable:
+    """``config -> (config JSON, params, method)`` of a sweep's trials, as its runs have them."""
+    return lambda config: tracking.describe(configs, config)
+
+
+def _dataset_record(plan: SweepPlan) -> dict[str, Any]:
+    """The sweep's dataset as MLflow shows it (:func:`raysearch.tracking.dataset_record`)."""
+    source = (absolute_path(plan.settings.data_dir)
+              or f"raysearch.training.data.load_dataset('{plan.data.name}')")
+    return tracking.dataset_record(plan.data, source)
+
+
 class TrackingUnavailableError(ValueError):
     """The tracking store stopped answering: the sweep's records wait in Tune's storage.
 
@@ -621,20 +407,8 @@ class TrackingUnavailableError(ValueError):
     """
 
 
-def _driver() -> str:
-    """``<host>:<pid>`` of this driver process (the parent run's ``raysearch.driver`` tag)."""
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _describer(space: SearchSpace, settings: SweepSettings) -> Callable:
-    """``config -> (config JSON, params, method)`` of the sweep's trials, as its runs have them."""
-    overrides = settings.overrides()
-    return lambda config: tracking.describe(space, overrides, config)
-
-
 def _record_end(client: Any, uri: str, parent_id: str, name: str, path: str,
-                space: SearchSpace, settings: SweepSettings, status: str,
-                say: Callable[[str], None]) -> pd.DataFrame:
+                plan: SweepPlan, status: str, say: Callable[[str], None]) -> pd.DataFrame:
     """The sweep's last MLflow writes: what Tune recorded and MLflow lacks, then the selection.
 
     Raises:
@@ -653,10 +427,11 @@ def _record_end(client: Any, uri: str, parent_id: str, name: str, path: str,
             trials = read_trials(path)
         except ValueError:  # the sweep stopped before Tune's first snapshot: nothing to add
             trials = []
-        done = reconcile_sweep(client, parent, trials, describe=_describer(space, settings),
-                               repeats=settings.repeats)
+        done = reconcile_sweep(client, parent, trials, describe=describer(plan.trial_configs),
+                               repeats=plan.settings.repeats)
         if done.changed:
             say(f"sweep {name}: MLflow caught up with Tune's records ({done.summary()})")
+        settings = plan.settings
         return tracking.finalize_sweep(client, parent_id, tolerance=settings.tolerance,
                                        ece_key=settings.ece_key, status=status,
                                        selection=settings.selection,
@@ -666,114 +441,12 @@ def _record_end(client: Any, uri: str, parent_id: str, name: str, path: str,
                                        f"({' '.join(str(exc).split())[:200]}); {later}") from None
 
 
-def sync_sweep(name: str, *, tracking_uri: str | None = None,
-               experiment: str = tracking.DEFAULT_EXPERIMENT, storage_path: str | None = None,
-               progress: Callable[[str], None] | None = None) -> Any:
-    """Write what sweep `name`'s MLflow runs lack of Tune's records (``raysearch sync NAME``).
-
-    Every trial Tune recorded gets its child run (made if missing), each epoch's metrics once
-    (by step), its params, node, checkpoint and retry tags, its outcome, the artifacts of its
-    last checkpoint and its status; then, if anything was written or the parent lacks its
-    trials table, the parent gets the selection, ``pareto.png``, ``trials.parquet`` and
-    ``best_config.yaml``, and ends FINISHED when every trial ended. Running it twice writes
-    nothing the second time. Runs of trials that ended with every record written (tag
-    ``raysearch.recorded``) are not read again.
-
-    A sweep whose driver is alive on this machine is refused; one whose parent run is still
-    RUNNING (a killed driver, or one on another machine) gets the records of its ended trials
-    only: ``raysearch sweep --resume NAME`` continues the others (and syncs them first).
-
-    Args:
-        name: the sweep's name.
-        tracking_uri: its store (default as for a sweep).
-        experiment: its MLflow experiment.
-        storage_path: where its Tune storage is now (default: the path it was started with;
-            as for :func:`resume_sweep`).
-        progress: called with a few readable lines.
-
-    Returns:
-        What was written (:class:`~raysearch.tracking.reconcile.Reconciled`).
-
-    Raises:
-        ValueError: if the store does not answer, the sweep is unknown, has no record, its
-            storage is missing, or its driver is still running on this machine.
-    """
-    say = progress or (lambda line: logger.info("%s", line))
-    client, uri = tracking.get_client(tracking_uri)
-    tracking.check_tracking_uri(uri)
-    parent = tracking.find_sweep(client, name, experiment)
-    record = _load_record(client, parent.info.run_id, name)
-    settings = SweepSettings.from_record(record["settings"])
-    space = SearchSpace.from_dict(record["space"])
-    storage = _resume_storage(record, name, storage_path)
-    path = f"{storage.rstrip('/')}/{name}"
-    running = parent.info.status == "RUNNING"
-    if running and _driver_alive(parent.data.tags.get(tracking.DRIVER_TAG, "")):
-        raise ValueError(f"sweep '{name}' is still running (driver "
-                         f"{parent.data.tags[tracking.DRIVER_TAG]}); sync it once it ended")
-    done = reconcile_sweep(client, parent, read_trials(path),
-                           describe=_describer(space, settings),
-                           repeats=settings.repeats, write_unfinished=not running,
-                           progress=say)
-    names = {a.path for a in client.list_artifacts(parent.info.run_id)}
-    if done.changed or "trials.parquet" not in names or (running and not done.unfinished):
-        status = "FINISHED" if not done.unfinished else (
-            "KILLED" if running else parent.info.status)
-        frame = tracking.finalize_sweep(client, parent.info.run_id,
-                                        tolerance=settings.tolerance, ece_key=settings.ece_key,
-                                        status=status, selection=settings.selection,
-                                        accuracy_key=settings.accuracy_key)
-        done.runs_ended += int(status != parent.info.status)
-        say(f"sweep {name}: selection, Pareto plot and trials table written "
-            f"({int(frame['complete'].sum()) if not frame.empty else 0} complete trials)")
-    if done.unfinished:
-        say(f"sweep {name}: {len(done.unfinished)} trials unfinished in Tune's records; "
-            f"`raysearch sweep --resume {name}` continues them")
-    return done
-
-
-def sweep_experiment_path(client: Any, parent: Any, storage_path: str | None = None) -> str:
-    """The sweep's experiment folder in Tune's storage (``<storage path>/<name>``).
-
-    Args:
-        client: MLflow client of the sweep's store.
-        parent: the sweep's parent run.
-        storage_path: where its storage is now (default: the path in its record).
-
-    Raises:
-        ValueError: if the sweep has no record or its storage holds no Tune experiment.
-    """
-    name = parent.data.tags.get(tracking.SWEEP_TAG, "")
-    record = _load_record(client, parent.info.run_id, name)
-    return f"{_resume_storage(record, name, storage_path).rstrip('/')}/{name}"
-
-
-def _driver_alive(tag: str) -> bool:
-    """True when `tag` (``<host>:<pid>``) names a live process of this machine other than us."""
-    host, _, pid = tag.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    return True
-
-
 def _ui_hint(uri: str) -> str:
     """How to serve a local store's UI (the sweep's link points there); empty for a server."""
     if uri.startswith(("http://", "https://")):
         return ""
     store = "" if uri == tracking.default_tracking_uri() else f" --tracking-uri {uri}"
     return f" (serve it with `raysearch ui{store}`)"
-
-
-def _dataset_record(data: Any, settings: SweepSettings) -> dict[str, Any]:
-    """The sweep's dataset as MLflow shows it (:func:`raysearch.tracking.dataset_record`)."""
-    source = _absolute(settings.data_dir) or f"raysearch.training.data.load_dataset('{data.name}')"
-    return tracking.dataset_record(data, source)
 
 
 def _trials_ended(path: str) -> int | None:
@@ -800,8 +473,11 @@ def _snapshot_trials(path: str) -> list[Any] | None:
         return None
 
 
-def _new_tuner(space: SearchSpace, settings: SweepSettings, trainable: Any, callback: Any,
-               name: str, storage: str, metric: Any, mode: Any, max_failures: int) -> Any:
+def _new_tuner(plan: SweepPlan, trainable: Any, callback: Any, name: str, storage: str,
+               max_failures: int) -> Any:
+    """The Tuner of a new sweep: its seeded searcher (with the sweep's Optuna study), scheduler."""
+    space, settings = plan.space, plan.settings
+    metric, mode = settings.objective_metrics()
     # a conditional space (all.yaml) first gives every method one trial, in file order, so
     # that each method is on the board before the sampler concentrates on the good ones
     warm_start = [{"method": m} for m in space.methods] if space.conditional else None
@@ -821,7 +497,7 @@ def _new_tuner(space: SearchSpace, settings: SweepSettings, trainable: Any, call
         searcher = RepeatedSearcher(searcher, settings.repeats)
     scheduler = None
     if settings.scheduler == "asha":
-        smode = "max" if settings.scheduler_metric.endswith("accuracy") else "min"
+        smode = metric_direction(settings.scheduler_metric, calibrators=settings.posthoc)
         scheduler = ASHAScheduler(metric=settings.scheduler_metric, mode=smode,
                                   time_attr="training_iteration", grace_period=1,
                                   max_t=max(settings.epochs or 100, 1))

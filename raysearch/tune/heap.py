@@ -24,7 +24,7 @@ def frozen_heap() -> Iterator[None]:
     after the Tuner (0.47 s). ``gc.freeze()`` sets them aside; ``gc.unfreeze()`` on the way out
     gives them back (the caller's next full collection walks them: in the CLI the process ends
     first). :func:`~raysearch.tune.engine.run_sweep` and
-    :func:`~raysearch.tune.engine.resume_sweep` each run inside one block, from their first
+    :func:`~raysearch.tune.resume.resume_sweep` each run inside one block, from their first
     line to their return; blocks nest (only the outermost freezes and unfreezes).
     """
     with _FROZEN_LOCK:

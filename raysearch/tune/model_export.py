@@ -86,7 +86,7 @@ def _weights(client: Any, parent: Any, run: Any, storage_path: str | None) -> tu
         with tempfile.TemporaryDirectory() as d:
             local = client.download_artifacts(run.info.run_id, pyfunc.WEIGHTS_FILE, d)
             return torch.load(local, weights_only=True, map_location="cpu"), "run"
-    from raysearch.tune.engine import sweep_experiment_path
+    from raysearch.tune.resume import sweep_experiment_path
     from raysearch.tune.sync import trial_weights
 
     path = sweep_experiment_path(client, parent, storage_path)

@@ -21,17 +21,17 @@ A recipe is a YAML file (the bundled ones are ``recipes/<paper>-<benchmark>.yaml
 
 How a sweep combines a space with a recipe (:func:`apply_recipe`), weakest first:
 
-1. the training values of a *bundled* space (they are the digits protocol: 10 epochs, a searched
-   learning rate): the recipe replaces every key it sets;
+1. :class:`~raysearch.config.RunConfig`'s defaults;
 2. the recipe;
-3. the training values of a space file of *your own* (``train:``, ``model:``, ...): every key
-   you write, a fixed value or a range, wins over the recipe; so the learning rate and schedule
-   stay the recipe's unless you write a range for them;
+3. the space's own training values (``train:``, ``model:``, ``data:``, ``optimizer:``):
+   every key it writes, a fixed value or a range, wins over the recipe (the bundled spaces
+   write none: they hold the loss parameters they search);
 4. the command line (``--epochs``, ``--model``, ``--val-fraction``, ``--dataset``, ...).
 
 Without ``--recipe`` the sweep takes the recipe whose ``methods`` name the space's method and
-whose ``datasets`` name the sweep's dataset, else one whose ``baselines`` do
-(:func:`default_recipe`); a dataset no recipe names (digits, your own) gets none, and
+whose ``datasets`` name the sweep's dataset, else one whose ``baselines`` do, else one that
+names the dataset and no method at all (``digits``: the embedded default's protocol for every
+method) (:func:`default_recipe`); a dataset no recipe names (your own) gets none, and
 ``--recipe none`` turns the choice off. Plain Python and YAML: no Ray, no MLflow.
 """
 
@@ -43,8 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from raysearch.config.flat import flat_key_path
 from raysearch.registry import did_you_mean
-from raysearch.tune.spaces import SpaceError, _read_yaml, _Spec, _spec_doc, training_specs
+from raysearch.tune.spaces import SpaceError, Spec, read_yaml, spec_doc, training_specs
 from raysearch.tune.spaces.specs import bundled_folder
 
 if TYPE_CHECKING:
@@ -68,9 +69,6 @@ __all__ = [
 NO_RECIPE = "none"
 _KEYS = ("description", "source", "methods", "baselines", "datasets", "augmentation", "train",
          "model", "data", "optimizer", "val_fraction")
-#: Flat keys that set the same value (the optimizer section's and the legacy train keys).
-_SAME = {"optimizer.lr": "lr", "optimizer.weight_decay": "weight_decay",
-         "optimizer.momentum": "momentum"}
 
 
 class RecipeError(SpaceError):
@@ -104,11 +102,11 @@ class Recipe:
     baselines: tuple[str, ...]
     datasets: tuple[str, ...]
     augmentation: str
-    train: Mapping[str, _Spec]
+    train: Mapping[str, Spec]
 
     def values(self) -> dict[str, Any]:
         """The training values: a fixed value as itself, a range as its spec mapping."""
-        return {k: (s.value if not s.sampled else _spec_doc(s)) for k, s in self.train.items()}
+        return {k: (s.value if not s.sampled else spec_doc(s)) for k, s in self.train.items()}
 
     def text(self) -> str:
         """The recipe file as written (its comments hold the papers' quotes)."""
@@ -169,7 +167,7 @@ def load_recipe(name_or_path: str | Path) -> Recipe:
                               f"them, or give the path of a YAML file")
         path = _bundled_dir() / f"{text}.yaml"
         label = path.name
-    doc = _read_yaml(path, label)
+    doc = read_yaml(path, label)
     if not isinstance(doc, dict):
         raise RecipeError(f"{label}: expected a mapping with `source` and `train`, got "
                           f"{type(doc).__name__}")
@@ -217,6 +215,9 @@ def default_recipe(methods: Sequence[str], dataset: str | None) -> tuple[Recipe 
                 also = f"; also {', '.join(others)}" if others else ""
                 return found[0], (f"default for {method} on {dataset} (the paper's {role}"
                                   f"{also})")
+    general = [r for r in matching if not r.methods and not r.baselines]
+    if general:
+        return general[0], f"default for every method on {dataset}"
     if matching:
         return None, (f"no recipe names {'/'.join(methods)} on {dataset} (recipes for "
                       f"{dataset}: {', '.join(r.name for r in matching)}; name one with "
@@ -237,7 +238,7 @@ def _declared_datasets(name: str) -> tuple[str, ...]:
     stamp = path.stat().st_mtime_ns
     if path in _DECLARED and _DECLARED[path][0] == stamp:
         return _DECLARED[path][1]
-    doc = _read_yaml(path, path.name)
+    doc = read_yaml(path, path.name)
     raw = doc.get("datasets") if isinstance(doc, dict) else None
     found = tuple(str(d) for d in raw) if isinstance(raw, (list, tuple)) else \
         ((str(raw),) if isinstance(raw, str) else ())
@@ -245,12 +246,11 @@ def _declared_datasets(name: str) -> tuple[str, ...]:
     return found
 
 
-def _same(key: str) -> str:
-    return _SAME.get(key, key)
-
-
 def apply_recipe(space: SearchSpace, recipe: Recipe) -> SearchSpace:
     """`space` trained with `recipe` (the order of precedence in the module docstring).
+
+    A value the space writes wins over the recipe's value for the same setting, whatever name
+    either gives it (``lr`` and ``optimizer.lr`` are one setting).
 
     Args:
         space: a loaded search space.
@@ -261,13 +261,9 @@ def apply_recipe(space: SearchSpace, recipe: Recipe) -> SearchSpace:
         name (kept in the sweep's record, so ``--resume`` trains the same way).
     """
     own = dict(space.train_specs)
-    mine = dict(recipe.train)
-    if space.bundled:  # the digits protocol: every key the recipe sets is replaced
-        set_by_recipe = {_same(k) for k in mine}
-        train = {**{k: v for k, v in own.items() if _same(k) not in set_by_recipe}, **mine}
-    else:  # the user's keys win
-        written = {_same(k) for k in own}
-        train = {**{k: v for k, v in mine.items() if _same(k) not in written}, **own}
+    written = {flat_key_path(k) for k in own}
+    train = {**{k: v for k, v in recipe.train.items() if flat_key_path(k) not in written},
+             **own}
     return space.with_train(train, recipe.name)
 
 
@@ -301,24 +297,20 @@ def choose_recipe(space: SearchSpace, recipe: str | Path | None,
 
 def sweep_dataset(space: SearchSpace, settings: SweepSettings) -> str:
     """The dataset name the sweep's trials use (``--dataset``, else the space's, else digits)."""
-    cfg = space.resolve(space.end_config("low"), **settings.overrides())
+    cfg = space.resolve(space.end_config("low"), settings.config_overrides())
     return str(cfg.data.name)
 
 
 def with_recipe(space: SearchSpace, settings: SweepSettings) -> tuple[SearchSpace, Any, str]:
     """`space` with the sweep's recipe (``settings.recipe``, else the default one).
 
-    Sets ``settings.recipe`` to the applied recipe's name (None when there is none).
-
     Returns:
-        (space, recipe or None, one line saying which recipe and why).
+        (space, recipe or None, one line saying which recipe and why); the space's
+        ``recipe`` names the recipe applied.
 
     Raises:
         ValueError: an unknown or malformed recipe, or a recipe value the space's keys reject.
     """
     dataset = sweep_dataset(space, settings)
     # the recipe may set the dataset (acls-imagenet: imagefolder) when the command line did not
-    space, recipe, why = choose_recipe(space, settings.recipe, dataset)
-    if space.recipe is not None:
-        settings.recipe = space.recipe
-    return space, recipe, why
+    return choose_recipe(space, settings.recipe, dataset)

@@ -19,8 +19,8 @@ from typing import Any
 
 from ray.tune.search import Searcher
 
+from raysearch.training.records import COMPLETED, DIVERGED
 from raysearch.tune.spaces import CONFIG_ID_KEY, SEED_INDEX_KEY
-from raysearch.tune.trainable import COMPLETED, DIVERGED
 
 
 def mean_result(results: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,12 +1,11 @@
 """The settings of a sweep: what it runs besides its search space, and its trials' resources.
 
 :class:`SweepSettings` (the CLI's options, the API's keywords) with its section
-:class:`Resources`, the names its options take (:data:`OBJECTIVES`, :data:`SAMPLERS`,
-:data:`SCHEDULERS`, :data:`SELECTIONS`, :data:`PRECISIONS`), :data:`DEFAULT_EXPERIMENT`,
-:data:`RAY_JOB_ENV` and :func:`metric_name` (the name a user's metric is logged under).
-:data:`SELECTIONS`, :data:`DEFAULT_EXPERIMENT` and :func:`metric_name` are defined in
-:mod:`raysearch.config` (the tracking and the registries below this layer use them) and
-re-exported here.
+:class:`Resources`, and the names its options take (:data:`OBJECTIVES`, :data:`SAMPLERS`,
+:data:`SCHEDULERS`, :data:`PRECISIONS`, :data:`FAULT_KINDS`) and :data:`RAY_JOB_ENV`. The
+settings are checked once, when they are made; what the sweep resolves from them (its dataset,
+model, recipe and accuracy metric) is the sweep's plan (:mod:`raysearch.tune.plan`), not
+written back into them.
 
 Part of the tune layer (:mod:`raysearch.tune`). Imports :mod:`raysearch.config` and pydantic at
 import time, and lazily :mod:`raysearch.calibration` and :mod:`raysearch.metrics` to check names;
@@ -22,18 +21,18 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from raysearch.config._common import (
+from raysearch.config import (
     DEFAULT_EXPERIMENT,
     SELECTIONS,
     Section,
-    _absolute,
-    _plain,
+    absolute_path,
     metric_name,
     one_line_error,
+    plain_data,
 )
 
-__all__ = ["DEFAULT_EXPERIMENT", "FAULT_KINDS", "OBJECTIVES", "PRECISIONS", "RAY_JOB_ENV",
-           "SAMPLERS", "SCHEDULERS", "SELECTIONS", "Resources", "SweepSettings", "metric_name"]
+__all__ = ["FAULT_KINDS", "OBJECTIVES", "PRECISIONS", "RAY_JOB_ENV", "SAMPLERS", "SCHEDULERS",
+           "Resources", "SweepSettings"]
 
 #: ``--objective`` names -> (metric(s), mode(s)) given to the searcher; any metric a trial
 #: reports also works as ``<metric>[:min|max]`` (:meth:`SweepSettings.objective_metrics`).
@@ -47,7 +46,7 @@ SAMPLERS = ("tpe", "nsga2", "random")
 SCHEDULERS = ("asha",)
 #: Values of ``precision``.
 PRECISIONS = ("auto", "bf16", "fp32")
-#: Values of ``fault_kind`` (the fault drills of :func:`raysearch.tune.trainable.run_trial`):
+#: Values of ``fault_kind`` (the fault drills of :mod:`raysearch.tune.drills`):
 #: ``raise`` raises after reporting the drill epoch; ``kill-in-checkpoint`` leaves a torn
 #: checkpoint (a truncated ``state.pt`` in the trial's next checkpoint folder) and SIGKILLs its
 #: own worker process; ``corrupt-checkpoint`` truncates the ``state.pt`` of the trial's newest
@@ -110,9 +109,11 @@ _RESOURCE_KEYS = tuple(Resources.model_fields)
 class SweepSettings(BaseModel):
     """Everything a sweep needs besides its search space (the CLI's options, the API's keywords).
 
-    The resources of each trial are the section :attr:`resources` (:class:`Resources`); their
-    keys are also accepted flat (``SweepSettings(cpus_per_trial=2)``), as the CLI and sweeps
-    recorded by earlier versions give them.
+    The resources of each trial are the section :attr:`resources` (:class:`Resources`, read as
+    ``settings.resources.gpus_per_trial``); when the settings are made, the section's keys are
+    also accepted at the top level (``SweepSettings(cpus_per_trial=2)``, the CLI's and the
+    API's keywords). Every setting is checked when the settings are made (a ValueError naming
+    the first invalid one); they are not changed afterwards.
 
     Attributes:
         num_samples: number of sampled configurations (>= 1): trials, or with `repeats` R,
@@ -127,7 +128,7 @@ class SweepSettings(BaseModel):
         max_concurrent: trials running at once (>= 1).
         epochs: overrides the space's ``epochs`` when set.
         dataset: dataset name or import string; None (default): the space's ``data: name``,
-            else ``digits``. Set to the name the trials use once the sweep resolved it.
+            else the recipe's, else ``digits``.
         recipe: the training protocol (:mod:`raysearch.tune.recipes`): a recipe name
             (``mbls-cifar10``) or YAML file; None (default): the recipe of the space's method
             on the dataset, if one exists; ``"none"``: no recipe.
@@ -200,8 +201,10 @@ class SweepSettings(BaseModel):
         head_lr: learning rate of the classification head (None: the trial's ``lr``).
         embeddings: ``model.embeddings_path``: a GloVe-format file for a text model's frozen
             embedding.
-        extra_overrides: more trial-config keys every trial gets, e.g. ``{"model.hidden": 64,
-            "data.n_features": 20}`` (``--model-param``, ``--data-param``).
+        model_params: keyword arguments of the model factory every trial gets (``{"hidden":
+            64}``, ``--model-param hidden=64``): ``model.params`` of each trial's config.
+        data_params: keyword arguments of the dataset factory every trial gets
+            (``--data-param``): ``data.params``.
         resources: :class:`Resources` of each trial.
     """
 
@@ -249,7 +252,8 @@ class SweepSettings(BaseModel):
     freeze_backbone_epochs: int | None = None
     head_lr: float | None = None
     embeddings: str | None = None
-    extra_overrides: dict[str, Any] = Field(default_factory=dict)
+    model_params: dict[str, Any] = Field(default_factory=dict)
+    data_params: dict[str, Any] = Field(default_factory=dict)
     resources: Resources = Field(default_factory=Resources)
 
     def __init__(self, **data: Any) -> None:
@@ -276,7 +280,7 @@ class SweepSettings(BaseModel):
     @classmethod
     def _absolute_shift_data(cls, value: str | None) -> str | None:
         # the trials and a later --resume (from another folder) read the same folder
-        return _absolute(value)
+        return absolute_path(value)
 
     @field_validator("posthoc", "metrics", mode="before")
     @classmethod
@@ -287,51 +291,54 @@ class SweepSettings(BaseModel):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return tuple(value)
 
-    def __getattr__(self, name: str) -> Any:
-        # the resources' keys read flat, as before they had a section
-        if name in _RESOURCE_KEYS:
-            return getattr(self.resources, name)
-        return super().__getattr__(name)  # type: ignore[misc]
+    @model_validator(mode="after")
+    def _check(self) -> SweepSettings:
+        self._check_counts()
+        self._check_choices()
+        self._check_metrics()
+        return self
 
-    def validate(self) -> None:
-        """Raises ValueError naming the first invalid setting."""
+    def _check_counts(self) -> None:
         if self.num_samples < 1:
             raise ValueError(f"`num_samples` must be >= 1, got {self.num_samples}")
         if self.repeats < 1:
             raise ValueError(f"`repeats` must be an int >= 1, got {self.repeats!r}")
-        if self.selection not in SELECTIONS:
-            raise ValueError(f"unknown selection '{self.selection}'; choose from "
-                             f"{', '.join(SELECTIONS)}")
-        if self.selection == "robust" and self.repeats < 2:
-            raise ValueError("--selection robust needs the standard error over seeds: use it "
-                             "with --repeats 2 or more")
         if self.max_concurrent < 1:
             raise ValueError(f"`max_concurrent` must be >= 1, got {self.max_concurrent}")
         if self.epochs is not None and self.epochs < 1:
             raise ValueError(f"`epochs` must be >= 1, got {self.epochs}")
-        if self.sampler not in SAMPLERS:
-            raise ValueError(f"unknown sampler '{self.sampler}'; choose from {', '.join(SAMPLERS)}")
-        if self.scheduler not in (None, *SCHEDULERS):
-            raise ValueError(f"unknown scheduler '{self.scheduler}'; "
-                             f"choose from {', '.join(SCHEDULERS)}")
         if not 0 <= self.tolerance < 1:
             raise ValueError(f"`tolerance` must be in [0, 1), got {self.tolerance}")
         if self.n_bins < 1:
             raise ValueError(f"`n_bins` must be >= 1, got {self.n_bins}")
+        if self.shift_samples is not None and self.shift_samples < 1:
+            raise ValueError(f"`shift_samples` must be >= 1, got {self.shift_samples}")
         if self.checkpoint_every is not None and self.checkpoint_every < 0:
             raise ValueError(f"`checkpoint_every` must be >= 0, got {self.checkpoint_every}")
         if self.max_failures is not None and self.max_failures < 0:
             raise ValueError(f"`max_failures` must be an int >= 0, got {self.max_failures!r}")
         if self.fault_epoch is not None and self.fault_epoch < 1:
             raise ValueError(f"`fault_epoch` must be >= 1, got {self.fault_epoch}")
+
+    def _check_choices(self) -> None:
+        if self.selection not in SELECTIONS:
+            raise ValueError(f"unknown selection '{self.selection}'; choose from "
+                             f"{', '.join(SELECTIONS)}")
+        if self.selection == "robust" and self.repeats < 2:
+            raise ValueError("--selection robust needs the standard error over seeds: use it "
+                             "with --repeats 2 or more")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"unknown sampler '{self.sampler}'; choose from {', '.join(SAMPLERS)}")
+        if self.scheduler not in (None, *SCHEDULERS):
+            raise ValueError(f"unknown scheduler '{self.scheduler}'; "
+                             f"choose from {', '.join(SCHEDULERS)}")
         if self.fault_kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault_kind {self.fault_kind!r}; choose from "
                              f"{', '.join(FAULT_KINDS)}")
-        if self.fault_kind != "raise" and self.workers_per_trial > 1:
+        workers = self.resources.workers_per_trial
+        if self.fault_kind != "raise" and workers > 1:
             raise ValueError(f"fault_kind {self.fault_kind!r} needs one-process trials "
-                             f"(workers_per_trial 1), got {self.workers_per_trial}")
-        if self.shift_samples is not None and self.shift_samples < 1:
-            raise ValueError(f"`shift_samples` must be >= 1, got {self.shift_samples}")
+                             f"(workers_per_trial 1), got {workers}")
         if self.shift_eval and self.shift_data is not None:
             raise ValueError("--shift-data and --shift-eval are mutually exclusive: --shift-eval "
                              "corrupts the test set itself, --shift-data reads a released "
@@ -341,6 +348,8 @@ class SweepSettings(BaseModel):
 
             for name in self.posthoc:
                 CALIBRATOR_REGISTRY.get(name)  # an unknown name: the registry's error
+
+    def _check_metrics(self) -> None:
         known = self.known_metrics()
         self._check_metric_name(self.ece_metric, known, "--ece-metric")
         if self.accuracy_metric is not None:
@@ -354,18 +363,14 @@ class SweepSettings(BaseModel):
 
     def known_metrics(self) -> set[str]:
         """Metric names (without ``val_``/``test_``) every trial of this sweep reports."""
-        from raysearch.metrics import (
-            CALIBRATED_KEYS,
-            DENSE_KEYS,
-            ESTIMATOR_KEYS,
-            SUMMARY_KEYS,
-            TABLE_KEYS,
-        )
+        from raysearch.metrics import group_keys
 
-        base = {*SUMMARY_KEYS, *DENSE_KEYS, *ESTIMATOR_KEYS, *TABLE_KEYS, *self.metric_names()}
-        # after a post-hoc calibrator: the summary and table metrics (not a user's metrics)
-        calibrated = {f"{m}_{c}" for m in CALIBRATED_KEYS for c in self.posthoc}
-        return base | calibrated
+        builtin = {key for group in ("summary", "dense", "estimator", "table")
+                   for key in group_keys(group)}
+        # after a post-hoc calibrator: the summary and table metrics and a user's metrics
+        after = (*group_keys("calibrated"), *self.metric_names())
+        calibrated = {f"{m}_{c}" for m in after for c in self.posthoc}
+        return builtin | set(self.metric_names()) | calibrated
 
     @staticmethod
     def _check_metric_name(name: str, known: set[str], option: str,
@@ -377,6 +382,15 @@ class SweepSettings(BaseModel):
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise ValueError(f"{option} {given or name}: the trials report no metric "
                              f"val_{name}{hint}; they report: {', '.join(sorted(known))}")
+
+    def _metric_functions(self) -> dict[str, Any]:
+        """The user's metric functions by logged name ({} when they do not import here)."""
+        from raysearch.training.registries import metric_functions
+
+        try:
+            return metric_functions(self.metrics)
+        except ValueError:  # resolved (and refused in one line) when the sweep is planned
+            return {}
 
     @property
     def accuracy_key(self) -> str:
@@ -405,12 +419,11 @@ class SweepSettings(BaseModel):
         name, _, mode = self.objective.partition(":")
         base = name[len("val_"):] if name.startswith("val_") else name
         self._check_metric_name(base, self.known_metrics(), "--objective", self.objective)
-        if not mode:
-            root = base
-            for calibrator in self.posthoc:  # val_accuracy_ts is an accuracy too
-                if root.endswith(f"_{calibrator}"):
-                    root = root[: -len(calibrator) - 1]
-            mode = "max" if root.endswith(("accuracy", "miou")) else "min"
+        if not mode:  # the registered direction (val_accuracy_ts is an accuracy too)
+            from raysearch.metrics import metric_direction
+
+            mode = metric_direction(base, calibrators=self.posthoc,
+                                    functions=self._metric_functions())
         if mode not in ("min", "max"):
             raise ValueError(f"--objective {self.objective}: the mode after ':' must be min or "
                              f"max, got {mode!r}")
@@ -441,35 +454,75 @@ class SweepSettings(BaseModel):
 
     def to_record(self) -> dict[str, Any]:
         """The settings as JSON-ready data (the sweep's record, for ``--resume``)."""
-        return _plain(self.model_dump())
+        return plain_data(self.model_dump())
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> SweepSettings:
-        """Settings written by :meth:`to_record` (any version; unknown keys are ignored)."""
-        names = {*cls.model_fields, *_RESOURCE_KEYS}
-        return cls(**{k: v for k, v in record.items() if k in names})
+        """Settings written by :meth:`to_record` (any version; unknown keys are ignored).
 
-    def overrides(self) -> dict[str, Any]:
-        """Trial-config keys every trial of the sweep shares (flat, as ``RunConfig.from_flat``)."""
-        out = {"seed": self.seed, "ece_bins": self.n_bins, **self.extra_overrides}
-        if self.dataset is not None:
-            out["dataset"] = self.dataset
-        if self.data_dir is not None:
-            out["data_dir"] = _absolute(self.data_dir)
+        A record's ``extra_overrides`` (dotted ``model.<kw>`` / ``data.<kw>`` keys, as sweeps
+        recorded them before :attr:`model_params` and :attr:`data_params`) are read into those.
+        """
+        names = {*cls.model_fields, *_RESOURCE_KEYS}
+        values = {k: v for k, v in record.items() if k in names}
+        for key, value in dict(record.get("extra_overrides") or {}).items():
+            section, _, kw = str(key).partition(".")
+            if section in ("model", "data") and kw:
+                values.setdefault(f"{section}_params", {})[kw] = value
+        return cls(**values)
+
+    def with_values(self, **values: Any) -> SweepSettings:
+        """A copy with `values` replaced, checked again (the settings themselves never change).
+
+        Raises:
+            ValueError: naming the first invalid setting.
+        """
+        return type(self)(**{**self.model_dump(), **values})
+
+    def config_overrides(self) -> dict[str, Any]:
+        """What every trial's :class:`~raysearch.config.RunConfig` takes from these settings.
+
+        The sections and fields set here replace the space's and the recipe's values:
+        ``seed`` and ``ece_bins`` always; the dataset, its folder, the validation share,
+        ``--epochs``, the model, its weights and the factories' keyword arguments where given.
+        Paths are made absolute (the trials and a later ``--resume`` may run elsewhere).
+
+        Returns:
+            Partial sections, e.g. ``{"seed": 0, "ece_bins": 15, "data": {"name": "cifar10",
+            "dir": "/data/cifar"}, "model": {"params": {"hidden": 64}}}``.
+        """
+        model: dict[str, Any] = {}
+        data: dict[str, Any] = {}
+        out: dict[str, Any] = {"seed": self.seed, "ece_bins": self.n_bins}
         if self.epochs is not None:
             out["epochs"] = self.epochs
-        if self.pretrained_backbone is not None:
-            out["model.pretrained_backbone"] = _absolute(self.pretrained_backbone)
+        if self.dataset is not None:
+            data["name"] = self.dataset
+        if self.data_dir is not None:
+            data["dir"] = absolute_path(self.data_dir)
+        if self.val_fraction is not None:
+            data["val_fraction"] = self.val_fraction
+        data_params = dict(self.data_params)
+        if self.crop_size is not None:
+            data_params["crop_size"] = self.crop_size
+        if self.imbalance_ratio is not None:
+            data_params["imbalance_ratio"] = self.imbalance_ratio
+        if self.model is not None:
+            model["name"] = self.model
         if self.pretrained is not None:  # a file (made absolute for the trials) or a name
             path = Path(self.pretrained).expanduser()
-            out["pretrained"] = str(path.resolve()) if path.is_file() else self.pretrained
-        if self.embeddings is not None:
-            out["model.embeddings_path"] = _absolute(self.embeddings)
-        if self.crop_size is not None:
-            out["data.crop_size"] = self.crop_size
-        if self.imbalance_ratio is not None:
-            out["data.imbalance_ratio"] = self.imbalance_ratio
-        for key in ("freeze_backbone_epochs", "head_lr", "model", "val_fraction"):
+            model["pretrained"] = str(path.resolve()) if path.is_file() else self.pretrained
+        for key in ("freeze_backbone_epochs", "head_lr"):
             if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
+                model[key] = getattr(self, key)
+        model_params = dict(self.model_params)
+        if self.pretrained_backbone is not None:
+            model_params["pretrained_backbone"] = absolute_path(self.pretrained_backbone)
+        if self.embeddings is not None:
+            model_params["embeddings_path"] = absolute_path(self.embeddings)
+        if model_params:
+            model["params"] = model_params
+        if data_params:
+            data["params"] = data_params
+        out.update({k: v for k, v in (("model", model), ("data", data)) if v})
         return out

@@ -9,7 +9,7 @@ what the sweep's MLflow runs lack (:func:`~raysearch.tracking.reconcile.reconcil
 the parent's selection, Pareto plot and trials table when anything changed.
 
 It is run at the end of every sweep, by ``raysearch sweep --resume`` before the trials go on,
-and by ``raysearch sync NAME`` (:func:`raysearch.tune.engine.sync_sweep`).
+and by ``raysearch sync NAME`` (:func:`raysearch.tune.resume.sync_sweep`).
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def trial_weights(path: str, trial_id: str) -> dict[str, Any]:
     Raises:
         ValueError: if the experiment has no such trial, or the trial no readable checkpoint.
     """
-    from raysearch.tune.trainable import _CKPT_FILE, load_state, read_state
+    from raysearch.tune.checkpoints import STATE_FILE, load_state, read_state
 
     trial = next((t for t in read_trials(path) if t.trial_id == trial_id), None)
     if trial is None:
@@ -152,10 +152,10 @@ def trial_weights(path: str, trial_id: str) -> dict[str, Any]:
     try:
         state = load_state(read_state(trial.checkpoint.filesystem, trial.checkpoint.path)[0])
     except OSError as exc:
-        raise ValueError(f"trial {trial_id}'s last checkpoint has no readable {_CKPT_FILE}: "
+        raise ValueError(f"trial {trial_id}'s last checkpoint has no readable {STATE_FILE}: "
                          f"{exc}") from None
     if "model" not in state:
-        raise ValueError(f"trial {trial_id}'s checkpoint {_CKPT_FILE} holds no model weights")
+        raise ValueError(f"trial {trial_id}'s checkpoint {STATE_FILE} holds no model weights")
     return state["model"]
 
 
@@ -170,7 +170,7 @@ def repair_checkpoints(trials: list[TrialRecords], say: Callable[[str], None]) -
     written after the last report Tune processed would skip epochs the records lack) is copied
     to the path the snapshot names, so the trial resumes from the last good state; with none
     an empty folder is made there, and the trial starts again from scratch
-    (:func:`raysearch.tune.trainable.run_trial` says so).
+    (:func:`raysearch.tune.checkpoints.resume_state` says so).
 
     Args:
         trials: Tune's records of the sweep's trials (:func:`read_trials`).
@@ -181,7 +181,7 @@ def repair_checkpoints(trials: list[TrialRecords], say: Callable[[str], None]) -
     """
     from pyarrow import fs as pafs
 
-    from raysearch.tune.trainable import read_state, trial_checkpoints
+    from raysearch.tune.checkpoints import read_state, trial_checkpoints
 
     repaired = 0
     for trial in trials:

@@ -22,14 +22,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from raysearch.config import RunConfig
+from raysearch.config import RunConfig, sections_from_flat
+from raysearch.config.flat import deep_merge
 from raysearch.training.records import CONFIG_ID_KEY, SEED_INDEX_KEY
-from raysearch.tune.spaces.specs import SpaceError, _bundled_dir, _Spec, _spec_doc
+from raysearch.tune.spaces.specs import SpaceError, Spec, spec_doc
 
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["CONFIG_ID_KEY", "SEED_INDEX_KEY", "SearchSpace"]
+__all__ = ["CONFIG_ID_KEY", "SEED_INDEX_KEY", "SearchSpace", "TrialConfigs"]
 
 # CONFIG_ID_KEY, SEED_INDEX_KEY: the trial-config keys of a repeated sweep (``--repeats``), the
 # configuration a trial is a seed of and which seed (raysearch.training.records; imported above)
@@ -51,9 +52,9 @@ class SearchSpace:
     path: Path
     description: str
     conditional: bool
-    _branches: Mapping[str, Mapping[str, _Spec]] = field(repr=False)
+    _branches: Mapping[str, Mapping[str, Spec]] = field(repr=False)
     _descriptions: Mapping[str, str] = field(repr=False)
-    _train: Mapping[str, _Spec] = field(repr=False)
+    _train: Mapping[str, Spec] = field(repr=False)
     recipe: str | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -63,20 +64,15 @@ class SearchSpace:
                                  {m: dict(b) for m, b in self._branches.items()},
                                  dict(self._descriptions), dict(self._train), self.recipe))
 
-    @property
-    def bundled(self) -> bool:
-        """True for a space shipped with raysearch (its ``train:`` is the digits protocol)."""
-        try:
-            return self.path.resolve().parent == Path(_bundled_dir()).resolve()
-        except OSError:
-            return False
+    def with_train(self, train: Mapping[str, Spec], recipe: str | None) -> SearchSpace:
+        """The same space with other training specs (a recipe's merged in).
 
-    def with_train(self, train: Mapping[str, _Spec], recipe: str | None) -> SearchSpace:
-        """The same space with other training specs (a recipe's, :mod:`raysearch.tune.recipes`)."""
+        See :func:`raysearch.tune.recipes.apply_recipe`.
+        """
         return dataclasses.replace(self, _train=MappingProxyType(dict(train)), recipe=recipe)
 
     @property
-    def train_specs(self) -> Mapping[str, _Spec]:
+    def train_specs(self) -> Mapping[str, Spec]:
         """The training specs by flat trial-config key (read-only)."""
         return self._train
 
@@ -96,8 +92,8 @@ class SearchSpace:
         for branch in [method] if method else self.methods:
             for key, spec in self._branches[branch].items():
                 if spec.sampled:
-                    out[self._key(branch, key)] = _spec_doc(spec)
-        out.update({k: _spec_doc(s) for k, s in self._train.items() if s.sampled})
+                    out[self._key(branch, key)] = spec_doc(spec)
+        out.update({k: spec_doc(s) for k, s in self._train.items() if s.sampled})
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -106,7 +102,7 @@ class SearchSpace:
         A sweep stores it with its record, so ``raysearch sweep --resume`` samples from the
         same space even if its YAML files changed or are not on the resuming machine.
         """
-        def specs(mapping: Mapping[str, _Spec]) -> dict[str, dict[str, Any]]:
+        def specs(mapping: Mapping[str, Spec]) -> dict[str, dict[str, Any]]:
             return {k: {**dataclasses.asdict(v), "choices": list(v.choices)}
                     for k, v in mapping.items()}
 
@@ -123,8 +119,8 @@ class SearchSpace:
         Raises:
             SpaceError: if `doc` lacks a key or holds a malformed spec.
         """
-        def specs(mapping: Mapping[str, Any]) -> dict[str, _Spec]:
-            return {k: _Spec(**{**v, "choices": tuple(v.get("choices", ()))})
+        def specs(mapping: Mapping[str, Any]) -> dict[str, Spec]:
+            return {k: Spec(**{**v, "choices": tuple(v.get("choices", ()))})
                     for k, v in mapping.items()}
 
         try:
@@ -196,7 +192,7 @@ class SearchSpace:
                     f"{self.name}: `method` {given!r} does not match this space's {method!r}"
                 )
 
-        def take(key: str, spec: _Spec) -> Any:
+        def take(key: str, spec: Spec) -> Any:
             if key in rest:
                 return rest.pop(key)
             if not spec.sampled:
@@ -211,44 +207,52 @@ class SearchSpace:
                     rest.pop(self._key(other, k), None)
         return method, loss_params, train, rest
 
-    def resolve(self, flat: Mapping[str, Any], **overrides: Any) -> RunConfig:
-        """Turn a flat trial config (as Ray hands it to the trainable) into a RunConfig.
+    def resolve(self, config: Mapping[str, Any],
+                overrides: Mapping[str, Any] | None = None) -> RunConfig:
+        """The run config of one trial: the searcher's suggestion placed into its sections.
+
+        The one place a suggestion changes form: the loss and its parameters go into the
+        ``loss`` section, every training value (sampled or fixed, the recipe's included) into
+        the section its name says (``lr`` -> ``optimizer.lr``, ``model.hidden`` ->
+        ``model.params.hidden``; :func:`raysearch.config.flat.sections_from_flat`), and
+        `overrides` (the sweep's settings, already in sections) replace what they set.
 
         Args:
-            flat: sampled and fixed values under their Optuna-style names (``method``,
-                ``margin`` or ``acls.margin``, ``lr``, ...). Fixed values missing from it are
-                taken from the space. Other keys (``dataset``, ``seed``, ``ece_bins``,
-                ``data_dir``, ...) are passed to :class:`~raysearch.config.RunConfig`.
-            **overrides: RunConfig fields that replace everything else (``epochs=3`` from
-                ``--epochs``); a value of None is ignored.
+            config: sampled and fixed values under their Optuna-style names (``method``,
+                ``margin`` or ``acls.margin``, ``lr``, ``model.hidden``, ...), as Ray hands them
+                to a trainable. Fixed values missing from it are taken from the space; other
+                keys (``dataset``, ``seed``, ...) are read as flat run-config keys.
+            overrides: partial sections that replace everything else
+                (:meth:`raysearch.tune.settings.SweepSettings.config_overrides`).
 
         A repeated sweep's trial config also holds :data:`CONFIG_ID_KEY` (ignored here) and
         :data:`SEED_INDEX_KEY` k: for k > 0 the run trains with ``seed + k`` and keeps the data
-        split of ``seed`` (``data_seed``), so the seeds of a configuration differ only in their
+        split of ``seed`` (``data.seed``), so the seeds of a configuration differ only in their
         initialisation and batch order.
 
         Returns:
-            The validated run config; ``loss_params`` uses plain names (``margin``).
+            The validated run config; the loss's parameters under plain names (``margin``).
 
         Raises:
             SpaceError: if `method` is missing or not in this space, or a sampled parameter is
                 missing.
             ValueError: if RunConfig rejects a key or a value.
         """
-        flat = dict(flat)
-        flat.pop(CONFIG_ID_KEY, None)
-        index = flat.pop(SEED_INDEX_KEY, 0)
-        method, loss_params, train, rest = self._split(flat)
-        data = {"method": method, "loss_params": loss_params, **train, **rest}
-        data.update({k: v for k, v in overrides.items() if v is not None})
+        values = dict(config)
+        values.pop(CONFIG_ID_KEY, None)
+        index = values.pop(SEED_INDEX_KEY, 0)
+        method, loss_params, train, rest = self._split(values)
+        sections = deep_merge(sections_from_flat({**train, **rest}),
+                              {"loss": {"name": method, "params": loss_params}})
+        sections = deep_merge(sections, overrides or {})
         if index:  # seed k of a repeated configuration: same data split, seed + k
             if isinstance(index, bool) or not isinstance(index, int) or index < 0:
                 raise SpaceError(f"{self.name}: `{SEED_INDEX_KEY}` must be an int >= 0, "
                                  f"got {index!r}")
-            base = int(data.get("seed", 0))
-            data.setdefault("data_seed", base)
-            data["seed"] = base + index
-        return RunConfig.from_dict(data)
+            base = int(sections.get("seed", 0))
+            sections.setdefault("data", {}).setdefault("seed", base)
+            sections["seed"] = base + index
+        return RunConfig(**sections)
 
     def end_config(self, which: str = "low", method: str | None = None) -> dict[str, Any]:
         """A flat trial config with every parameter at its `which` end (``low`` or ``high``).
@@ -336,6 +340,38 @@ class SearchSpace:
             out.append(title)
             out.extend(line(r) for r in rows)
         return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class TrialConfigs:
+    """A sweep's space and the sections its settings fix: the run config of each suggestion.
+
+    What a sweep's trials (and its tracking, which names their runs) are given instead of the
+    whole sweep: small, picklable, plain data.
+
+    Attributes:
+        space: the search space (with its recipe applied).
+        overrides: partial sections every trial takes from the sweep's settings
+            (:meth:`raysearch.tune.settings.SweepSettings.config_overrides`).
+    """
+
+    space: SearchSpace
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    def resolve(self, suggestion: Mapping[str, Any]) -> RunConfig:
+        """The trial's run config (:meth:`SearchSpace.resolve` with :attr:`overrides`).
+
+        Raises:
+            ValueError: (a SpaceError included) if the suggestion does not fit the space or
+                RunConfig rejects a value.
+        """
+        return self.space.resolve(suggestion, self.overrides)
+
+    @property
+    def epochs(self) -> int | None:
+        """The epochs every trial trains when the settings fix them (``--epochs``), else None."""
+        value = self.overrides.get("epochs")
+        return int(value) if value is not None else None
 
 
 def _rebuild_space(name: str, path: Path, description: str, conditional: bool,

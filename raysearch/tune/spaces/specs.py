@@ -2,15 +2,15 @@
 
 The leaf of the search-space modules: :class:`SpaceError` (every problem of a space or recipe
 file), the YAML loader (YAML 1.2 floats such as ``1e-3``, duplicate keys rejected, errors as one
-line), the bundled ``search_spaces`` folder, and :class:`_Spec`, one parameter (a fixed value, a
-float/int range or a categorical) with :func:`_parse_spec`, which checks it. The spec syntax is
+line), the bundled ``search_spaces`` folder, and :class:`Spec`, one parameter (a fixed value, a
+float/int range or a categorical) with :func:`parse_spec`, which checks it. The spec syntax is
 described in :mod:`raysearch.tune.spaces`, which re-exports every name defined here (as do
 :mod:`raysearch.tune.recipes` and :mod:`raysearch.tune.posthoc_sweep`, which import them from
 there).
 
 This module imports nothing from the package: :mod:`raysearch.tune.spaces.search_space` and
 :mod:`raysearch.tune.spaces` import it, never the other way round. Optuna is only named for type
-checking (:meth:`_Spec.suggest` gets the trial).
+checking (:meth:`Spec.suggest` gets the trial).
 """
 
 from __future__ import annotations
@@ -85,11 +85,11 @@ _Loader.add_implicit_resolver(
 )
 
 
-def _one_line(text: object) -> str:
+def one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
-def _read_yaml(path: Path, label: str) -> Any:
+def read_yaml(path: Path, label: str) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -99,10 +99,10 @@ def _read_yaml(path: Path, label: str) -> Any:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = _one_line(getattr(exc, "problem", None) or exc)
+        problem = one_line(getattr(exc, "problem", None) or exc)
         context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
         if context and context_mark is not None and context_mark.line != getattr(mark, "line", -1):
-            problem += f" ({_one_line(context)} at line {context_mark.line + 1})"
+            problem += f" ({one_line(context)} at line {context_mark.line + 1})"
         raise SpaceError(f"{label}: malformed YAML{where}: {problem}") from None
 
 
@@ -126,7 +126,7 @@ def bundled_folder(package: str, folder: str) -> Path:
     return root if isinstance(root, Path) else Path(str(root))
 
 
-def _bundled_dir() -> Path:
+def bundled_spaces_dir() -> Path:
     return bundled_folder("raysearch.search_spaces", "search_spaces")
 
 
@@ -136,7 +136,7 @@ def _bundled_dir() -> Path:
 
 
 @dataclass(frozen=True)
-class _Spec:
+class Spec:
     """One parameter: fixed value, float/int range or categorical."""
 
     kind: str  # "fixed" | "float" | "int" | "categorical"
@@ -181,16 +181,16 @@ class _Spec:
     def row(self) -> tuple[str, str, str]:
         """(kind, range/choices/value, log flag) for :meth:`SearchSpace.describe`."""
         if self.kind == "fixed":
-            return "fixed", _fmt(self.value), ""
+            return "fixed", format_value(self.value), ""
         if self.kind == "categorical":
-            return "categorical", "{" + ", ".join(_fmt(c) for c in self.choices) + "}", ""
-        text = f"[{_fmt(self.low)}, {_fmt(self.high)}]"
+            return "categorical", "{" + ", ".join(format_value(c) for c in self.choices) + "}", ""
+        text = f"[{format_value(self.low)}, {format_value(self.high)}]"
         if self.step is not None:
-            text += f" step {_fmt(self.step)}"
+            text += f" step {format_value(self.step)}"
         return self.kind, text, "log" if self.log else ""
 
 
-def _fmt(value: Any) -> str:
+def format_value(value: Any) -> str:
     if isinstance(value, str):
         return value
     if value is None:
@@ -213,112 +213,116 @@ def _divisible(low: float, high: float, step: float) -> bool:
     return span % decimal.Decimal(str(step)) == 0
 
 
-def _parse_spec(raw: Any, where: str, *, expect_float: bool,
-                allow_list: bool = False) -> _Spec:
-    """Parse one spec; `where` is ``<file>: <key path>``; raises SpaceError.
+def parse_spec(raw: Any, where: str, *, expect_float: bool,
+               allow_list: bool = False) -> Spec:
+    """Parse one spec: a fixed value, a float/int range or a categorical.
 
-    With `allow_list` a list of scalars is a fixed value (a factory's tuple argument, such as
-    an optimizer's ``betas``).
+    Args:
+        raw: the spec as read from YAML.
+        where: ``<file>: <key path>``, the start of every error.
+        expect_float: the parameter's default is a float (an int range warns).
+        allow_list: a list of scalars is a fixed value (a factory's tuple argument, such as
+            an optimizer's ``betas``).
+
+    Raises:
+        SpaceError: naming `where` and what is wrong.
     """
-
-    def error(problem: str) -> SpaceError:
-        return SpaceError(f"{where}: {problem}")
-
     if allow_list and isinstance(raw, list) and all(_is_scalar(v) for v in raw):
-        return _Spec("fixed", value=list(raw))
+        return Spec("fixed", value=list(raw))
     if _is_scalar(raw):
         if isinstance(raw, float) and not math.isfinite(raw):
-            raise error(f"a fixed value must be finite, got {raw!r}")
-        return _Spec("fixed", value=raw)
+            raise SpaceError(f"{where}: a fixed value must be finite, got {raw!r}")
+        return Spec("fixed", value=raw)
     if isinstance(raw, list):
-        raise error(
-            f"a list is not a spec; write {{choices: [...]}} for a categorical, got {raw!r}"
-        )
+        raise SpaceError(f"{where}: a list is not a spec; write {{choices: [...]}} for a "
+                         f"categorical, got {raw!r}")
     if not isinstance(raw, dict):
-        raise error(f"expected a scalar or a mapping, got {type(raw).__name__}")
-
+        raise SpaceError(f"{where}: expected a scalar or a mapping, got {type(raw).__name__}")
     unknown = sorted(str(k) for k in raw if k not in _SPEC_KEYS)
     if unknown:
-        raise error(f"unknown key(s) {', '.join(unknown)}{did_you_mean(unknown, _SPEC_KEYS)}; "
-                    f"allowed: {', '.join(_SPEC_KEYS)}")
-
+        raise SpaceError(f"{where}: unknown key(s) {', '.join(unknown)}"
+                         f"{did_you_mean(unknown, _SPEC_KEYS)}; allowed: {', '.join(_SPEC_KEYS)}")
     if "choices" in raw:
-        extra = [k for k in _SPEC_KEYS if k != "choices" and k in raw]
-        if extra:
-            raise error(f"`choices` cannot be combined with {', '.join(extra)}")
-        choices = raw["choices"]
-        if not isinstance(choices, list):
-            raise error(f"`choices` must be a list, got {choices!r}")
-        if not choices:
-            raise error("`choices` must not be empty")
-        for choice in choices:
-            if not _is_scalar(choice):
-                raise error(
-                    f"each choice must be null, a bool, an int, a float or a string, got {choice!r}"
-                )
-        if len({(type(c), c) for c in choices}) != len(choices):
-            raise error(f"`choices` has duplicate values: {choices!r}")
-        return _Spec("categorical", choices=tuple(choices))
+        return _parse_choices(raw, where)
+    return _parse_range(raw, where, expect_float)
 
+
+def _parse_choices(raw: dict, where: str) -> Spec:
+    """``{choices: [...]}``: a categorical over scalars, none repeated."""
+    extra = [k for k in _SPEC_KEYS if k != "choices" and k in raw]
+    if extra:
+        raise SpaceError(f"{where}: `choices` cannot be combined with {', '.join(extra)}")
+    choices = raw["choices"]
+    if not isinstance(choices, list):
+        raise SpaceError(f"{where}: `choices` must be a list, got {choices!r}")
+    if not choices:
+        raise SpaceError(f"{where}: `choices` must not be empty")
+    for choice in choices:
+        if not _is_scalar(choice):
+            raise SpaceError(f"{where}: each choice must be null, a bool, an int, a float or a "
+                             f"string, got {choice!r}")
+    if len({(type(c), c) for c in choices}) != len(choices):
+        raise SpaceError(f"{where}: `choices` has duplicate values: {choices!r}")
+    return Spec("categorical", choices=tuple(choices))
+
+
+def _parse_range(raw: dict, where: str, expect_float: bool) -> Spec:
+    """``{low, high}`` with ``log``, ``step`` and ``type``: an int or a float range."""
     missing = [k for k in ("low", "high") if k not in raw]
     if missing:
-        raise error(
-            f"missing {' and '.join(missing)} (a range needs low and high; "
-            "use {choices: [...]} for a categorical)"
-        )
+        raise SpaceError(f"{where}: missing {' and '.join(missing)} (a range needs low and "
+                         "high; use {choices: [...]} for a categorical)")
     low, high = raw["low"], raw["high"]
     for name, value in (("low", low), ("high", high)):
         if not _is_number(value):
-            raise error(f"{name} must be a number, got {value!r}")
+            raise SpaceError(f"{where}: {name} must be a number, got {value!r}")
         if not math.isfinite(value):
-            raise error(f"{name} must be finite, got {value!r}")
+            raise SpaceError(f"{where}: {name} must be finite, got {value!r}")
     log = raw.get("log", False)
     if not isinstance(log, bool):
-        raise error(f"log must be true or false, got {log!r}")
+        raise SpaceError(f"{where}: log must be true or false, got {log!r}")
     step = raw.get("step")
     if step is not None and (not _is_number(step) or not math.isfinite(step) or step <= 0):
-        raise error(f"step must be a number > 0, got {step!r}")
-    kind = raw.get("type")
-    if kind is None:
-        kind = (
-            "int"
-            if isinstance(low, int)
-            and isinstance(high, int)
-            and (step is None or isinstance(step, int))
-            else "float"
-        )
-        if kind == "int" and expect_float:
-            warnings.warn(
-                f"{where}: both bounds are integers, so the range is sampled as int; "
-                f"write {float(low)} or add `type: float` for a float range",
-                UserWarning,
-                stacklevel=2,
-            )
-    elif kind not in _RANGE_KINDS:
-        raise error(f"type must be 'int' or 'float', got {kind!r}")
-
+        raise SpaceError(f"{where}: step must be a number > 0, got {step!r}")
+    kind = _range_kind(raw.get("type"), low, high, step, where, expect_float)
     if kind == "int":
         for name, value in (("low", low), ("high", high), ("step", step)):
             if isinstance(value, float) and not value.is_integer():
-                raise error(f"{name} must be an integer for `type: int`, got {value!r}")
-        low, high = int(low), int(high)
-        step = None if step is None else int(step)
-    else:
-        low, high = float(low), float(high)
-        step = None if step is None else float(step)
-
+                raise SpaceError(f"{where}: {name} must be an integer for `type: int`, got "
+                                 f"{value!r}")
+    cast = int if kind == "int" else float
+    low, high = cast(low), cast(high)
+    step = None if step is None else cast(step)
     if low > high:
-        raise error(f"low ({low}) must be <= high ({high})")
+        raise SpaceError(f"{where}: low ({low}) must be <= high ({high})")
     if log and step is not None:
-        raise error("log and step cannot be combined (Optuna samples a log range continuously)")
+        raise SpaceError(f"{where}: log and step cannot be combined (Optuna samples a log range "
+                         "continuously)")
     if log and low <= 0:
-        raise error(f"log scale needs low > 0, got low ({low})")
+        raise SpaceError(f"{where}: log scale needs low > 0, got low ({low})")
     if step is not None and not _divisible(low, high, step):
-        raise error(f"high - low ({high} - {low}) must be a multiple of step ({step})")
-    return _Spec(kind, low=low, high=high, log=log, step=step)
+        raise SpaceError(f"{where}: high - low ({high} - {low}) must be a multiple of step "
+                         f"({step})")
+    return Spec(kind, low=low, high=high, log=log, step=step)
 
 
-def _spec_doc(spec: _Spec) -> dict[str, Any]:
+def _range_kind(kind: Any, low: Any, high: Any, step: Any, where: str,
+                expect_float: bool) -> str:
+    """``type`` of a range, or the one its bounds imply (an int range of a float warns)."""
+    if kind is not None:
+        if kind not in _RANGE_KINDS:
+            raise SpaceError(f"{where}: type must be 'int' or 'float', got {kind!r}")
+        return kind
+    ints = isinstance(low, int) and isinstance(high, int) and (step is None
+                                                              or isinstance(step, int))
+    if ints and expect_float:
+        warnings.warn(f"{where}: both bounds are integers, so the range is sampled as int; "
+                      f"write {float(low)} or add `type: float` for a float range",
+                      UserWarning, stacklevel=4)
+    return "int" if ints else "float"
+
+
+def spec_doc(spec: Spec) -> dict[str, Any]:
     """A sampled spec as the plain mapping a space file would write."""
     if spec.kind == "categorical":
         return {"type": "categorical", "choices": list(spec.choices)}

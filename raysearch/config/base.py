@@ -2,10 +2,10 @@
 
 :class:`Section` is the pydantic base of every config section (unknown keys are an error,
 assignments are validated, numeric fields are checked against the class's ``_BOUNDS`` by
-:func:`_bounded`); :func:`one_line_error` turns a pydantic ValidationError into one readable
-line (it names a section of :data:`SECTIONS` as such); :func:`_plain`, :func:`_absolute` and
-:func:`_first_line` turn values into plain data, absolute paths and one-line messages.
-:mod:`raysearch.config` re-exports every name here.
+:func:`bounded`); :func:`one_line_error` turns a pydantic ValidationError into one readable
+line (it names a section of :data:`SECTIONS` as such); :func:`plain_data`,
+:func:`absolute_path` and :func:`first_line` turn values into plain data, absolute paths and
+one-line messages; :func:`metric_name` is the name a user's metric is logged under.
 
 A leaf: imports pydantic and the standard library only, nothing of the package.
 """
@@ -19,8 +19,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-__all__ = ["DEFAULT_EXPERIMENT", "SECTIONS", "SELECTIONS", "Section", "metric_name",
-           "one_line_error"]
+__all__ = ["DEFAULT_EXPERIMENT", "SECTIONS", "SELECTIONS", "Section", "absolute_path",
+           "bounded", "first_line", "metric_name", "one_line_error", "plain_data"]
 
 #: ``--selection``: the rule applied to a repeated sweep's configurations (see
 #: :mod:`raysearch.metrics.repeats`): ``mean`` (lowest mean ECE within the tolerance of the best
@@ -76,7 +76,7 @@ def _as_float(name: str, value: Any) -> float:
     return float(value)
 
 
-def _bounded(name: str, value: Any, *, low: float, high: float | None = None,
+def bounded(name: str, value: Any, *, low: float, high: float | None = None,
              low_open: bool = False, high_open: bool = False, integer: bool = False,
              optional: bool = False, note: str = "") -> Any:
     """`value` as an int or a float within its bounds, or a ValueError naming `name`.
@@ -102,14 +102,14 @@ class Section(BaseModel):
     """Base of every section: unknown keys are an error; assignments are validated."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
-    #: Numeric fields and their bounds (:func:`_bounded`'s keywords), checked on input.
+    #: Numeric fields and their bounds (:func:`bounded`'s keywords), checked on input.
     _BOUNDS: ClassVar[dict[str, dict[str, Any]]] = {}
 
     @field_validator("*", mode="before")
     @classmethod
     def _check_bounds(cls, value: Any, info: Any) -> Any:
         spec = cls._BOUNDS.get(info.field_name)
-        return value if spec is None else _bounded(info.field_name, value, **spec)
+        return value if spec is None else bounded(info.field_name, value, **spec)
 
     def __setattr__(self, name: str, value: Any) -> None:
         try:
@@ -118,7 +118,7 @@ class Section(BaseModel):
             raise ValueError(one_line_error(exc, type(self).__name__)) from None
 
 
-def _plain(value: Any) -> Any:
+def plain_data(value: Any) -> Any:
     """Turn numpy scalars and tuples into plain Python values so YAML and MLflow see them."""
     if hasattr(value, "item") and callable(value.item) and not isinstance(value, (list, dict)):
         try:
@@ -126,17 +126,18 @@ def _plain(value: Any) -> Any:
         except (TypeError, ValueError):
             return value
     if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain_data(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain_data(v) for v in value]
     return value
 
 
-def _first_line(exc: Exception) -> str:
+def first_line(exc: Exception) -> str:
+    """The message of `exc` on one line (runs of whitespace, newlines included, as one space)."""
     return " ".join(str(exc).split())
 
 
-def _absolute(path: str | None) -> str | None:
+def absolute_path(path: str | None) -> str | None:
     """Trials on other nodes or in other working directories need an absolute data path."""
     return None if path is None else str(Path(path).expanduser().resolve())
 
