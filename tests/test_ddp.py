@@ -79,15 +79,25 @@ def test_two_gloo_workers_give_the_single_worker_numbers(ray_session, tmp_path):
     trainer.fit()
 
     torch.set_num_threads(1)
-    single = fit(RunConfig(**RUN), data=load_dataset("digits", seed=0))
+    data = load_dataset("digits", seed=0)
+    single = fit(RunConfig(**RUN), data=data)
     ddp = np.load(out)
     assert int(ddp["world"]) == 2
     metrics = json.loads(str(ddp["metrics"]))
     assert set(metrics) == set(single.metrics)
-    for key, value in single.metrics.items():
-        assert metrics[key] == pytest.approx(value, abs=1e-6), key
-    np.testing.assert_allclose(ddp["val"], single.val_logits, rtol=0, atol=1e-5)
-    np.testing.assert_allclose(ddp["test"], single.test_logits, rtol=0, atol=1e-5)
+    # Two half batches with all-reduced gradients equal one whole batch in exact arithmetic;
+    # in float32 they sum in another order, and SGD amplifies the difference epoch by epoch:
+    # on AVX-512 kernels the runs agree to ~1e-7, on AVX2 ones to ~0.4% of the logits' scale
+    # after 2 epochs. A gradient summed instead of averaged (twice the lr) or an unsharded
+    # epoch moves the smooth metrics by tens of percent, far outside these tolerances.
+    for key in ("train_loss", "val_nll", "test_nll", "val_brier", "test_brier"):
+        assert metrics[key] == pytest.approx(single.metrics[key], rel=1e-2), key
+    for key, split in (("train_accuracy", "train"), ("val_accuracy", "val"),
+                       ("test_accuracy", "test")):  # at most two samples of the split apart
+        assert abs(metrics[key] - single.metrics[key]) <= 2.5 / len(getattr(data, split)), key
+    for split, logits in (("val", single.val_logits), ("test", single.test_logits)):
+        scale = float(np.abs(logits).max())
+        np.testing.assert_allclose(ddp[split], logits, rtol=0, atol=1e-2 * scale)
     np.testing.assert_array_equal(ddp["val_labels"], single.val_labels)  # gathered in order
     assert len(json.loads(str(ddp["epochs"]))) == RUN["epochs"]
 
