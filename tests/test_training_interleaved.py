@@ -144,7 +144,8 @@ def test_secondary_step_is_beta_weighted(monkeypatch):
             return {**parts, "secondary": 1 - 3 * dict.__getitem__(parts, "secondary")}
 
     def run(loss):
-        return fit(_cfg(epochs=1, optimizer={"weight_decay": 0.0, "params": {"momentum": 0.0}}), data=_toy(), loss=loss).metrics
+        cfg = _cfg(epochs=1, optimizer={"weight_decay": 0.0, "params": {"momentum": 0.0}})
+        return fit(cfg, data=_toy(), loss=loss).metrics
 
     zero, zero_opposite = run(PrimarySecondary(beta=0.0)), run(Opposite(beta=0.0))
     assert {k: v for k, v in zero.items() if k != "train_loss"} == {
