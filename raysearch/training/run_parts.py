@@ -2,14 +2,16 @@
 
 :func:`load_run_data` (the splits of ``cfg.data``), :func:`build_run_model` (the model of
 ``cfg.model`` for those splits), :func:`check_run_model` (the same, built cheaply on the meta
-device to check it before a sweep) and :func:`build_run_loss` (the loss of ``cfg.loss``). Names
+device to check it before a sweep), :func:`build_run_loss` (the loss of ``cfg.loss``) and
+:func:`check_run_loss` (the same, called on two samples to check its contract). Names
 of ``cfg`` resolve to objects given through the Python API (``components``) first, then to the
 registries of :mod:`raysearch.training.data`, :mod:`raysearch.training.models` and
 :mod:`raysearch.losses`.
 
 Imports (lazily) :mod:`raysearch.training.data`, :mod:`raysearch.training.models`,
-:mod:`raysearch.losses`, :mod:`raysearch.registry` and :mod:`raysearch.training.tasks` (and
-:mod:`raysearch.config` for type hints); never :mod:`raysearch.training.run`.
+:mod:`raysearch.losses`, :mod:`raysearch.registry`, :mod:`raysearch.training.tasks` and
+:mod:`raysearch.training.contracts` (and :mod:`raysearch.config` for type hints); never
+:mod:`raysearch.training.run`.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ if TYPE_CHECKING:
     from raysearch.config import RunConfig
     from raysearch.training.data import DatasetSplits
 
-__all__ = ["build_run_loss", "build_run_model", "check_run_model", "load_run_data",
-           "run_model_spec"]
+__all__ = ["build_run_loss", "build_run_model", "check_run_loss", "check_run_model",
+           "load_run_data", "run_model_spec"]
 
 
 def load_run_data(cfg: RunConfig, *, components: Mapping[str, Mapping[str, Any]] | None = None,
@@ -137,6 +139,29 @@ def build_run_loss(cfg: RunConfig, data: DatasetSplits, *,
     if data.ignore_index is not None:
         return build_loss(name, ignore_index=data.ignore_index, **cfg.loss.params)
     return build_loss(name, **cfg.loss.params)
+
+
+def check_run_loss(cfg: RunConfig, data: DatasetSplits, *,
+                   components: Mapping[str, Mapping[str, Any]] | None = None) -> nn.Module:
+    """Build `cfg`'s loss as a trial does and check its contract on two samples of `data`.
+
+    :func:`build_run_loss`, then :func:`raysearch.training.contracts.check_loss`: on random
+    logits ``(2, K[, *target])`` with the first two training targets (and the side inputs the
+    loss declares) it must return a finite scalar whose gradient reaches the logits.
+
+    Returns:
+        The loss built (it has been called once: a fresh one is built for training).
+
+    Raises:
+        ValueError: as :func:`build_run_loss`, or one line naming the loss and what it
+            returned (``loss 'mypkg.losses:PerSample' returned a tensor of shape (2,),
+            expected a scalar (the batch mean)``).
+    """
+    from raysearch.training.contracts import check_loss
+
+    loss_fn = build_run_loss(cfg, data, components=components)
+    check_loss(loss_fn, data, f"loss {cfg.loss.name!r}")
+    return loss_fn
 
 
 def _component(name: str, kind: str, components: Mapping[str, Mapping[str, Any]] | None) -> Any:

@@ -1,7 +1,8 @@
 """Split results and split helpers shared by every loader.
 
-:class:`DatasetSplits`, :class:`DatasetError`, stratified train/val/test indices and long-tailed
-subsets.
+:class:`DatasetSplits`, :class:`DatasetError`, the checks of a factory's splits
+(:func:`check_splits`, :func:`check_finite_inputs`), stratified train/val/test indices and
+long-tailed subsets.
 
 Kept apart from ``raysearch/training/data/__init__.py`` so that the loader modules can import these
 names at module level without a circular import; ``raysearch.training.data`` re-exports all of them.
@@ -23,7 +24,9 @@ __all__ = [
     "TASKS",
     "DatasetError",
     "DatasetSplits",
+    "FINITE_CHECK_SAMPLES",
     "carve_validation",
+    "check_finite_inputs",
     "class_counts_text",
     "long_tail_counts",
     "long_tail_indices",
@@ -31,6 +34,9 @@ __all__ = [
     "stratified_split_indices",
     "three_way_split",
 ]
+
+#: Items read at each end of a split held in files by :func:`check_finite_inputs`.
+FINITE_CHECK_SAMPLES = 32
 
 #: Values of :attr:`DatasetSplits.task`.
 TASKS = ("classification", "segmentation")
@@ -202,6 +208,84 @@ def _check_labels(dataset: Any, splits: DatasetSplits, label: str, part: str) ->
     if bad.any():
         raise ValueError(f"dataset {label!r}: its {part} split has label "
                          f"{int(values[bad][0])}, outside [0, {k}) (num_classes={k})")
+
+
+def _inputs_in_memory(dataset: Any) -> Any:
+    """All inputs of a split held in memory (a tensor or array), else None.
+
+    A ``TensorDataset``'s first tensor, a dataset's ``images`` tensor or array (such as an
+    :class:`~raysearch.training.data.images.ImageTensorDataset`), or those of the dataset under
+    a ``torch.utils.data.Subset``, indexed by it.
+    """
+    from torch.utils.data import Subset, TensorDataset
+
+    if isinstance(dataset, Subset):
+        inner = _inputs_in_memory(dataset.dataset)
+        return None if inner is None else inner[np.asarray(dataset.indices, dtype=np.int64)]
+    if isinstance(dataset, TensorDataset):
+        return dataset.tensors[0]
+    images = getattr(dataset, "images", None)
+    if (hasattr(images, "shape") and hasattr(images, "dtype") and not isinstance(images, np.memmap)
+            and len(images) == len(dataset)):
+        return images
+    return None
+
+
+def _non_finite(values: Any, rows: int = 4096) -> int:
+    """How many values of a tensor, array or nested sequence are NaN or +-inf (by blocks)."""
+    import torch
+
+    if isinstance(values, torch.Tensor):
+        if not (values.is_floating_point() or values.is_complex()):
+            return 0
+        if values.ndim == 0:
+            return int(not bool(torch.isfinite(values)))
+        return sum(int((~torch.isfinite(values[i:i + rows])).sum())
+                   for i in range(0, len(values), rows))
+    array = np.asarray(values)
+    if not np.issubdtype(array.dtype, np.inexact):
+        return 0
+    if array.ndim == 0:
+        return int(not np.isfinite(array))
+    return sum(int((~np.isfinite(array[i:i + rows])).sum()) for i in range(0, len(array), rows))
+
+
+def check_finite_inputs(splits: DatasetSplits, label: str, *,
+                        sample: int = FINITE_CHECK_SAMPLES) -> None:
+    """Refuse a split whose inputs hold NaN or inf: every trial would diverge on it.
+
+    A split held in memory (a ``TensorDataset``, a dataset with an ``images`` tensor or array
+    that is not a memory map, a ``Subset`` of one) is checked whole, by blocks of rows; any
+    other split (read from files item by item) on its first and last `sample` items (none with
+    ``sample=0``). Integer inputs (uint8 images, token ids) are finite.
+
+    Args:
+        splits: the dataset's splits (checked by :func:`check_splits`).
+        label: the dataset's name or import string, for the message.
+        sample: items read at each end of a split held in files. Defaults to
+            :data:`FINITE_CHECK_SAMPLES` (32).
+
+    Raises:
+        ValueError: one line naming the dataset, the split and how many values
+            (``dataset 'mypkg.data:load' train split: 12 non-finite input values (NaN or
+            inf)``; for a split held in files ``... in its first and last 32 items``).
+    """
+    for part in ("train", "val", "test"):
+        dataset = getattr(splits, part)
+        inputs = _inputs_in_memory(dataset)
+        where = ""
+        if inputs is not None:
+            bad = _non_finite(inputs)
+        else:
+            n = len(dataset)
+            index = sorted(set(range(min(sample, n))) | set(range(max(n - sample, 0), n)))
+            bad = sum(_non_finite(dataset[i][0]) for i in index)
+            where = (f" in its first and last {sample} items" if n > 2 * sample
+                     else f" in its {n} items")
+        if bad:
+            raise ValueError(f"dataset {label!r} {part} split: {bad} non-finite input "
+                             f"value{'s' if bad != 1 else ''} (NaN or inf){where}; every trial "
+                             "would diverge on them: clean or impute them in the dataset")
 
 
 class DatasetError(ValueError):
