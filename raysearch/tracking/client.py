@@ -1,8 +1,8 @@
 """The MLflow client of a store and the writes every run makes: params, metrics, dataset, plot.
 
-:func:`get_client` (the resolved, reachable tracking URI) and :func:`ensure_experiment` (the
-experiment, with its artifacts beside a SQLite store); :func:`run_params` (a RunConfig as MLflow
-params, with the SHA-256 of pretrained weights); the batched writers :func:`log_params`,
+:func:`get_client` (the resolved, reachable and unlocked tracking URI) and :func:`ensure_experiment`
+(the experiment, with its artifacts beside a SQLite store); :func:`run_params` (a RunConfig as
+MLflow params, with the SHA-256 of pretrained weights); the batched writers :func:`log_params`,
 :func:`log_epochs`, :func:`log_metrics`, :func:`log_dataset` (with :func:`dataset_record`) and
 :func:`log_reliability` (the reliability diagram as an artifact).
 
@@ -29,15 +29,26 @@ from raysearch.tracking.runs import (
     EXPERIMENT_KIND_TAG,
     METRIC_PREFIXES,
     check_tracking_uri,
+    probe_tracking_store,
     resolve_tracking_uri,
 )
 from raysearch.training.reliability_plot import reliability_diagram
 
 
-def get_client(uri: str | None = None) -> tuple[MlflowClient, str]:
-    """A client for the resolved tracking URI (checked for reachability) and the URI itself."""
+def get_client(uri: str | None = None, *,
+               write: bool = False) -> tuple[MlflowClient, str]:
+    """A client for the resolved tracking URI and the URI itself.
+
+    The store is checked first: it answers (:func:`~raysearch.tracking.runs.check_tracking_uri`)
+    and, for a SQLite file, no other process holds it locked for reading, or with `write` for
+    writing (:func:`~raysearch.tracking.runs.probe_tracking_store`).
+
+    Raises:
+        ValueError: one line naming the store and why it cannot be used.
+    """
     uri = resolve_tracking_uri(uri)
     check_tracking_uri(uri)
+    probe_tracking_store(uri, write=write)
     return MlflowClient(tracking_uri=uri), uri
 
 
@@ -46,7 +57,12 @@ def ensure_experiment(client: MlflowClient, name: str, uri: str) -> str:
 
     The experiment is tagged :data:`EXPERIMENT_KIND_TAG` = :data:`EXPERIMENT_KIND` (MLflow 3's
     "model training" kind), so the MLflow UI does not ask which kind of experiment it is.
+
+    Raises:
+        ValueError: for an empty `name`.
     """
+    if not name.strip():
+        raise ValueError("--experiment must name an MLflow experiment, got an empty name")
     exp = client.get_experiment_by_name(name)
     if exp is not None:
         if exp.tags.get(EXPERIMENT_KIND_TAG) is None:

@@ -1,9 +1,10 @@
 """Names and look-ups of raysearch's MLflow runs, without Ray.
 
-The tags that mark a sweep's parent and child runs, the tracking-URI rules, and finding a sweep
-in a store. :mod:`raysearch.tracking` (which imports Ray Tune for its callback) re-exports all of
-it; commands that only read a store (``raysearch ui``) import this module and start in about a
-second instead of several.
+The tags that mark a sweep's parent and child runs, the tracking-URI rules (a store that answers, a
+SQLite file no other process holds locked), and finding a sweep in a store.
+:mod:`raysearch.tracking` (which imports Ray Tune for its callback) re-exports all of it; commands
+that only read a store (``raysearch ui``) import this module and start in about a second instead of
+several.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ ERROR_TAG = "raysearch.error"
 #: Child-run tag: the line of an attempt that skipped an unreadable checkpoint
 #: (:data:`~raysearch.training.records.CHECKPOINT_SKIPPED`).
 SKIPPED_TAG = "raysearch.checkpoint_skipped"
+#: Tag of a trial whose post-hoc calibrators could not be fitted (a perfectly classified
+#: validation split): their names, comma-separated (``"ts"``), from the last report's
+#: :data:`~raysearch.training.records.DEGENERATE_CALIBRATORS`.
+DEGENERATE_TAG = "raysearch.calibrator_degenerate"
 #: Child-run tag ``true``: every record of the ended trial reached the run (set by the live
 #: writer when none of the trial's writes failed, and by ``raysearch sync`` after it filled the
 #: run in); ``sync`` leaves such runs unread.
@@ -107,6 +112,57 @@ def check_tracking_uri(uri: str, *, timeout: float = 5.0) -> None:
             raise ValueError(f"tracking URI {uri} is unreachable: folder {path.parent} is missing")
     elif not uri.startswith(("postgresql", "mysql", "mssql", "databricks")):
         raise ValueError(f"tracking URI {uri} has an unsupported scheme")
+
+
+#: Seconds a probe of a SQLite tracking store waits for another process's lock (as long as
+#: MLflow's own SQLite connections wait).
+STORE_LOCK_TIMEOUT_S = 5.0
+
+
+def probe_tracking_store(uri: str, *, write: bool = False,
+                         timeout: float = STORE_LOCK_TIMEOUT_S) -> None:
+    """Fail in one line when a SQLite tracking store cannot be read (or written) now.
+
+    Another process may hold the store's file locked (a sweep's writes take milliseconds; a
+    ``sqlite3`` shell in an open transaction or a crashed writer holds it for good), or the
+    file may not be an SQLite database. Probing before anything is written turns MLflow's
+    "database is locked" traceback into one line. Only an existing ``sqlite:///`` file is
+    probed (MLflow creates a missing one); other stores answer :func:`check_tracking_uri`.
+
+    Args:
+        uri: a resolved tracking URI (:func:`resolve_tracking_uri`).
+        write: take the write lock (``BEGIN IMMEDIATE``, rolled back) instead of reading.
+        timeout: seconds to wait for another process's lock.
+
+    Raises:
+        ValueError: naming the file and SQLite's reason (locked, not a database, read-only).
+    """
+    if not uri.startswith("sqlite:///"):
+        return
+    path = Path(uri[len("sqlite:///"):])
+    if not path.is_file():
+        return
+    import contextlib
+    import sqlite3
+
+    mode = "rw" if write else "ro"
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.absolute().as_uri()}?mode={mode}",
+                                                uri=True, timeout=timeout,
+                                                isolation_level=None)) as con:
+            if write:
+                con.execute("BEGIN IMMEDIATE")
+                con.execute("ROLLBACK")
+            else:
+                con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as exc:
+        reason = " ".join(str(exc).split())
+        if "locked" in reason or "busy" in reason:
+            raise ValueError(f"tracking store {path} is locked by another process (SQLite: "
+                             f"{reason}, after {timeout:g} s): wait until it lets go or use "
+                             "another --tracking-uri") from None
+        raise ValueError(f"tracking store {path} cannot be {'written' if write else 'read'}: "
+                         f"SQLite: {reason}") from None
 
 
 def find_sweep(client: MlflowClient, name: str, experiment: str | None = None, *,

@@ -3,8 +3,9 @@
 :func:`init_ray` starts a local Ray or connects to ``--address`` (shipping the user's code to a
 remote cluster), :func:`quiet_ray_env` silences Ray's and Optuna's noise; the checks fail in one
 line before anything is written: an unreachable address (:func:`check_ray_address`), a relative
-SQLite tracking file on a remote cluster (:func:`check_tracking_for_cluster`), GPUs the cluster
-does not have (:func:`check_gpus`).
+SQLite tracking file on a remote cluster (:func:`check_tracking_for_cluster`), CPUs or GPUs per
+trial that the cluster cannot grant (:func:`check_resources`; on a cluster with an autoscaler a
+bounded wait for them).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from typing import Any
 
 import optuna
@@ -20,8 +22,9 @@ import ray
 from raysearch.tune.settings import RAY_JOB_ENV, Resources
 from raysearch.tune.trainable import trial_env
 
-__all__ = ["check_gpus", "check_ray_address", "check_tracking_for_cluster", "in_ray_job",
-           "init_ray", "is_remote_address", "quiet_ray_env"]
+__all__ = ["RESOURCE_WAIT_S", "check_gpus", "check_ray_address", "check_resources",
+           "check_tracking_for_cluster", "in_ray_job", "init_ray", "is_remote_address",
+           "quiet_ray_env", "trial_bundles", "unmet_resources"]
 
 logger = logging.getLogger(__name__)
 
@@ -133,35 +136,125 @@ def check_ray_address(address: str | None, *, timeout: float = 5.0) -> None:
                          f"{exc.strerror or exc}") from None
 
 
-def check_gpus(resources: Resources, address: str | None) -> None:
-    """Fail in one line when trials ask for GPUs that the Ray cluster does not have.
+#: Seconds a sweep on a cluster waits for an autoscaler to add the nodes its trials need
+#: (environment variable ``RAYSEARCH_RESOURCE_WAIT_S`` overrides it).
+RESOURCE_WAIT_S = 600.0
+
+
+def trial_bundles(resources: Resources) -> tuple[list[dict[str, float]], dict[str, str]]:
+    """What one trial needs placed on the cluster, and the options asking for CPUs and GPUs.
+
+    A one-process trial is one bundle ``{"CPU": cpus_per_trial, "GPU": gpus_per_trial}``; a
+    DDP trial is ``workers_per_trial`` bundles of ``cpus_per_worker`` and ``gpus_per_worker``
+    (its coordinator holds no CPU: :func:`~raysearch.tune.trainable.trial_resources`).
+
+    Returns:
+        (bundles, ``{"CPU": "--cpus-per-trial 2", "GPU": "--gpus-per-trial 1"}``).
+    """
+    workers = resources.workers_per_trial
+    if workers > 1:
+        bundle = {"CPU": resources.cpus_per_worker, "GPU": resources.gpus_per_worker}
+        return [bundle] * workers, {
+            "CPU": f"--workers-per-trial {workers} --cpus-per-worker "
+                   f"{resources.cpus_per_worker:g}",
+            "GPU": f"--workers-per-trial {workers} --gpus-per-worker "
+                   f"{resources.gpus_per_worker:g}"}
+    bundle = {"CPU": resources.cpus_per_trial, "GPU": resources.gpus_per_trial}
+    return [bundle], {"CPU": f"--cpus-per-trial {resources.cpus_per_trial:g}",
+                      "GPU": f"--gpus-per-trial {resources.gpus_per_trial:g}"}
+
+
+def unmet_resources(bundles: list[dict[str, float]], options: dict[str, str], where: str, *,
+                    nodes: list[dict[str, float]] | None = None,
+                    total: dict[str, float] | None = None) -> str | None:
+    """Why the Ray cluster cannot run one trial of `bundles`, or None.
+
+    Every bundle must fit on one alive node, and all of them together in the cluster.
+
+    Args:
+        bundles: what one trial needs placed (:func:`trial_bundles`).
+        options: the options asking for CPUs and GPUs, for the message.
+        where: ``"this machine"`` or ``"the Ray cluster"``, for the message.
+        nodes: each alive node's resources (``{"CPU": 8.0, "GPU": 1.0, ...}``); None: those of
+            ``ray.nodes()`` now.
+        total: the cluster's resources; None: ``ray.cluster_resources()`` now.
+
+    Returns:
+        One line naming the options, what a trial needs and what there is; None when it fits.
+    """
+    if nodes is None:
+        nodes = [{k: float(v) for k, v in node.get("Resources", {}).items()}
+                 for node in ray.nodes() if node.get("Alive")]
+    if total is None:
+        total = {k: float(v) for k, v in ray.cluster_resources().items()}
+    for kind, unit in (("GPU", "GPU"), ("CPU", "CPUs")):
+        per_trial = sum(b[kind] for b in bundles)
+        if not per_trial:
+            continue
+        have, option = total.get(kind, 0.0), options[kind]
+        if have < per_trial:
+            hint = "; leave the GPU options out to train on the CPU" if kind == "GPU" else ""
+            return f"{option} needs {per_trial:g} {unit} per trial but {where} has {have:g}{hint}"
+        largest = max((node.get(kind, 0.0) for node in nodes), default=0.0)
+        if max(b[kind] for b in bundles) > largest:
+            return (f"{option} needs {max(b[kind] for b in bundles):g} {unit} on one node but "
+                    f"the largest node of {where} has {largest:g}")
+    return None
+
+
+def check_resources(resources: Resources, address: str | None, *,
+                    wait_s: float | None = None) -> None:
+    """Fail in one line when no trial can ever get the CPUs and GPUs it asks for.
+
+    Checked against the Ray cluster (``ray.cluster_resources()`` and each alive node) after
+    :func:`init_ray` and before the Tuner starts, which would otherwise wait for them forever.
+    On this machine that is an error at once. On a cluster (`address`, or a Ray Job) an
+    autoscaler may still add nodes: a warning, a request for them
+    (``ray.autoscaler.sdk.request_resources``), and an error when they have not come after
+    `wait_s` seconds.
 
     Args:
         resources: what each trial asks for.
-        address: the sweep's ``--address`` (on a cluster, an autoscaler may still add GPU
-            nodes: a warning, and Ray waits for them).
+        address: the sweep's ``--address``.
+        wait_s: seconds to wait on a cluster; None: ``$RAYSEARCH_RESOURCE_WAIT_S`` or
+            :data:`RESOURCE_WAIT_S`.
 
     Raises:
-        ValueError: on this machine, naming the option, the GPUs wanted and those there are.
+        ValueError: naming the options, what one trial needs and what the cluster has.
     """
-    if resources.workers_per_trial > 1:
-        wanted = resources.workers_per_trial * resources.gpus_per_worker
-        option = f"--workers-per-trial {resources.workers_per_trial} --gpus-per-worker " \
-                 f"{resources.gpus_per_worker:g}"
-    else:
-        wanted = resources.gpus_per_trial
-        option = f"--gpus-per-trial {resources.gpus_per_trial:g}"
-    if not wanted:
-        return
-    have = float(ray.cluster_resources().get("GPU", 0))
-    if have >= wanted:
-        return
-    cluster = bool(address) or in_ray_job()
+    bundles, options = trial_bundles(resources)
+    cluster = bool(address and address != "local") or in_ray_job()
     where = "the Ray cluster" if cluster else "this machine"
-    message = (f"{option} needs {wanted:g} GPU per trial but {where} has {have:g}; "
-               "leave the GPU options out to train on the CPU")
-    if cluster:
-        # an autoscaling cluster may still add GPU nodes: say it, and let Ray wait for them
-        logger.warning("%s (waiting for the autoscaler to add GPU nodes)", message)
+    problem = unmet_resources(bundles, options, where)
+    if problem is None:
         return
-    raise ValueError(message)
+    if not cluster:
+        raise ValueError(problem)
+    if wait_s is None:
+        wait_s = float(os.environ.get("RAYSEARCH_RESOURCE_WAIT_S", RESOURCE_WAIT_S))
+    logger.warning("%s: waiting up to %g s for an autoscaler to add nodes", problem, wait_s)
+    _request_resources(bundles)
+    deadline = time.monotonic() + wait_s
+    try:
+        while problem is not None and time.monotonic() < deadline:
+            time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
+            problem = unmet_resources(bundles, options, where)
+    finally:
+        _request_resources([])  # the trials' own requests take over
+    if problem is not None:
+        raise ValueError(f"{problem}, after waiting {wait_s:g} s for an autoscaler to add "
+                         "nodes (RAYSEARCH_RESOURCE_WAIT_S sets how long)")
+
+
+def _request_resources(bundles: list[dict[str, float]]) -> None:
+    """Ask the cluster's autoscaler for `bundles` (none: withdraw the request); best effort."""
+    try:
+        from ray.autoscaler.sdk import request_resources
+
+        request_resources(bundles=[{k: v for k, v in b.items() if v} for b in bundles])
+    except Exception as exc:  # noqa: BLE001 (a cluster without an autoscaler)
+        logger.debug("request_resources failed: %s", exc)
+
+
+#: :func:`check_resources` under the name :mod:`raysearch.tune.resume` calls.
+check_gpus = check_resources

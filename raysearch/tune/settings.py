@@ -66,7 +66,7 @@ class Resources(Section):
             trials on one GPU); above 1 a whole number. 0 trains on the CPU.
         workers_per_trial: Ray Train DDP workers per trial (1: no DDP, the trial trains in its
             own process).
-        cpus_per_worker: CPUs per DDP worker (> 0).
+        cpus_per_worker: CPUs per DDP worker (> 0; only with `workers_per_trial` > 1).
         gpus_per_worker: GPUs per DDP worker (0 or a whole number: NCCL ranks cannot share).
         precision: ``auto`` (bf16 autocast on a GPU, fp32 on the CPU), ``bf16`` or ``fp32``.
     """
@@ -113,7 +113,10 @@ class SweepSettings(BaseModel):
     ``settings.resources.gpus_per_trial``); when the settings are made, the section's keys are
     also accepted at the top level (``SweepSettings(cpus_per_trial=2)``, the CLI's and the
     API's keywords). Every setting is checked when the settings are made (a ValueError naming
-    the first invalid one); they are not changed afterwards.
+    the first invalid one), and so is an option that can never take effect with the others
+    given (``scheduler_metric`` without `scheduler`, ``shift_samples`` without a shift
+    evaluation, DDP worker sizes without DDP, ``checkpoint_every`` above ``epochs``); they are
+    not changed afterwards.
 
     Attributes:
         num_samples: number of sampled configurations (>= 1): trials, or with `repeats` R,
@@ -134,10 +137,12 @@ class SweepSettings(BaseModel):
             on the dataset, if one exists; ``"none"``: no recipe.
         data_dir: folder of on-disk datasets.
         seed: seeds the sampler and every trial's data split and initialisation.
-        name: sweep name (default ``<space>-<YYYYmmdd-HHMMSS>``).
+        name: sweep name (default ``<space>-<YYYYmmdd-HHMMSS>``); a new sweep's is one folder
+            name (:func:`~raysearch.tune.storage.check_sweep_name`), a resumed sweep keeps the
+            name it was started with.
         tracking_uri: MLflow tracking URI (default: ``$MLFLOW_TRACKING_URI`` or
             ``sqlite:///<cwd>/mlruns.db``).
-        experiment: MLflow experiment name.
+        experiment: MLflow experiment name (not empty).
         objective: ``pareto`` (default), ``ece``, ``accuracy``, ``nll``, or any metric the
             trials report as ``<metric>[:min|max]`` (``val_brier``, ``overconfidence:min``,
             a user's metric of `metrics`); without a mode, metrics ending in ``accuracy`` or
@@ -155,7 +160,9 @@ class SweepSettings(BaseModel):
         sampler: ``tpe`` (default), ``nsga2`` or ``random``.
         scheduler: None or ``asha`` (early stopping on its own single metric,
             `scheduler_metric`).
-        scheduler_metric: metric ASHA compares (default ``val_nll``, lower is better).
+        scheduler_metric: metric ASHA compares (default ``val_nll``, lower is better): one
+            every trial reports after every epoch (``nll`` is read as ``val_nll``); only with
+            `scheduler`.
         tolerance: accuracy tolerance of the selection rule (absolute fraction, default 0.01).
         address: address of an existing Ray cluster (None: start a local Ray).
         storage_path: where Tune keeps trial checkpoints: a local folder (an NFS mount on a
@@ -164,7 +171,8 @@ class SweepSettings(BaseModel):
         posthoc: post-hoc calibrators fitted on each trial's validation logits and measured on
             its test logits (``test_ece_ts``, ...); empty for none.
         checkpoint_every: a trial checkpoints every n-th epoch (0: the last epoch only); None
-            (default): once a minute of training. The last epoch always carries a checkpoint.
+            (default): once a minute of training. The last epoch always carries a checkpoint
+            (so n is at most `epochs` when that is given).
         model: overrides the space's model (a name, ``torchvision:<name>`` or an import string).
         download: let the driver download a missing dataset into `data_dir` (and torchvision
             weights named by `pretrained`) before any trial.
@@ -178,7 +186,8 @@ class SweepSettings(BaseModel):
             instead of `shift_eval`'s own corruptions (see
             :func:`raysearch.metrics.shift.load_released_shift_set`); None: none.
         shift_samples: test images in the shift evaluation (stratified subsample); None
-            (default): 1000 with `shift_eval`, every image with `shift_data`.
+            (default): 1000 with `shift_eval`, every image with `shift_data`; only with one of
+            them.
         max_failures: how often Tune retries a trial that raised or whose node died; None
             (default): 2 on a cluster, else 0. A diverged trial is never retried.
         log_weights: every complete trial also keeps its final weights (the model's state
@@ -282,6 +291,11 @@ class SweepSettings(BaseModel):
         # the trials and a later --resume (from another folder) read the same folder
         return absolute_path(value)
 
+    @field_validator("scheduler_metric", mode="after")
+    @classmethod
+    def _validation_metric(cls, value: str) -> str:
+        return value if value.startswith("val_") else f"val_{value}"  # what ASHA reads
+
     @field_validator("posthoc", "metrics", mode="before")
     @classmethod
     def _names(cls, value: Any) -> tuple[str, ...]:
@@ -296,6 +310,9 @@ class SweepSettings(BaseModel):
         self._check_counts()
         self._check_choices()
         self._check_metrics()
+        self._check_effect()
+        if not self.experiment.strip():
+            raise ValueError("--experiment must name an MLflow experiment, got an empty name")
         return self
 
     def _check_counts(self) -> None:
@@ -355,16 +372,50 @@ class SweepSettings(BaseModel):
         if self.accuracy_metric is not None:
             self._check_metric_name(self.accuracy_metric, known, "--accuracy-metric")
         self.objective_metrics()  # parses and checks --objective
+        if self.scheduler is not None:
+            name = self.scheduler_metric
+            base = name[len("val_"):] if name.startswith("val_") else name
+            # ASHA compares trials after every epoch: only what every epoch reports
+            self._check_metric_name(base, self.known_metrics(epoch=True), "--scheduler-metric",
+                                    name, when=" every epoch")
+
+    def _check_effect(self) -> None:
+        """Refuse options that can never take effect with the other options given."""
+        resources = self.resources
+        if self.scheduler is None and self.scheduler_metric != "val_nll":
+            raise ValueError(f"--scheduler-metric {self.scheduler_metric} has no effect without "
+                             "--scheduler asha")
+        if self.shift_samples is not None and not self.shift_eval and self.shift_data is None:
+            raise ValueError("--shift-samples has no effect without --shift-eval or --shift-data")
+        if resources.workers_per_trial == 1 and (resources.cpus_per_worker != 1.0
+                                                 or resources.gpus_per_worker != 0.0):
+            raise ValueError("--cpus-per-worker and --gpus-per-worker size DDP workers: give "
+                             "--workers-per-trial 2 or more, or --cpus-per-trial/--gpus-per-trial "
+                             "for one-process trials")
+        if (self.checkpoint_every is not None and self.epochs is not None
+                and self.checkpoint_every > self.epochs):
+            raise ValueError(f"--checkpoint-every {self.checkpoint_every} has no effect with "
+                             f"--epochs {self.epochs}: a trial checkpoints its last epoch anyway "
+                             f"(give 1 to {self.epochs}, or 0 for the last epoch only)")
 
     # -- metrics -------------------------------------------------------------------------
     def metric_names(self) -> list[str]:
         """Names the user's metric functions are logged under (``val_<name>``)."""
         return [metric_name(m) for m in self.metrics]
 
-    def known_metrics(self) -> set[str]:
-        """Metric names (without ``val_``/``test_``) every trial of this sweep reports."""
+    def known_metrics(self, *, epoch: bool = False) -> set[str]:
+        """Metric names (without ``val_``/``test_``) every trial of this sweep reports.
+
+        Args:
+            epoch: only those reported after every epoch: the summary (or, for segmentation,
+                dense) metrics and a user's; the estimators, the table metrics and the
+                post-hoc calibrators' are measured on the final model only.
+        """
         from raysearch.metrics import group_keys
 
+        if epoch:
+            every = {key for group in ("summary", "dense") for key in group_keys(group)}
+            return every | set(self.metric_names())
         builtin = {key for group in ("summary", "dense", "estimator", "table")
                    for key in group_keys(group)}
         # after a post-hoc calibrator: the summary and table metrics and a user's metrics
@@ -374,14 +425,14 @@ class SweepSettings(BaseModel):
 
     @staticmethod
     def _check_metric_name(name: str, known: set[str], option: str,
-                           given: str | None = None) -> None:
+                           given: str | None = None, when: str = "") -> None:
         if name not in known:
             import difflib
 
             close = difflib.get_close_matches(name, sorted(known), n=3)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise ValueError(f"{option} {given or name}: the trials report no metric "
-                             f"val_{name}{hint}; they report: {', '.join(sorted(known))}")
+                             f"val_{name}{when}{hint}; they report: {', '.join(sorted(known))}")
 
     def _metric_functions(self) -> dict[str, Any]:
         """The user's metric functions by logged name ({} when they do not import here)."""

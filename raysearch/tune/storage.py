@@ -1,8 +1,10 @@
 """Where a sweep keeps its Tune state and checkpoints: a local folder or a URI, via pyarrow.
 
 Ray Tune reads and writes ``storage_path`` through ``pyarrow.fs``; this module resolves the
-user's ``--storage-path`` the same way and checks it before Ray starts, so a missing bucket or
-missing credentials is one line instead of a failure after the first trial.
+user's ``--storage-path`` the same way and checks it before Ray starts, so a missing bucket,
+missing credentials or a folder that cannot be written is one line instead of a failure after
+the first trial (and before the sweep's parent run takes its name). A sweep's name is the one
+folder of its Tune state under the storage path (:func:`check_sweep_name`).
 
 - A local path (or an NFS mount, which is a local path on every node) becomes absolute.
 - A URI (``s3://bucket/prefix``, ``gs://bucket/prefix``, ``hdfs://...``, ``file:///...``) is
@@ -14,10 +16,13 @@ No Ray, no MLflow: plain pyarrow.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 from pathlib import Path
 
-__all__ = ["DEFAULT_STORAGE", "check_storage", "is_uri", "resolve_storage"]
+__all__ = ["DEFAULT_STORAGE", "MAX_NAME_CHARS", "NAME_CHARS", "check_storage", "check_sweep_name",
+           "is_uri", "resolve_storage"]
 
 #: Tune's own default, used when no ``--storage-path`` is given.
 DEFAULT_STORAGE = "~/ray_results"
@@ -46,17 +51,23 @@ def resolve_storage(path: str | None) -> str:
 
 
 def check_storage(path: str) -> None:
-    """Make sure the storage location can be reached and written (creates the folder).
+    """Make sure the storage location can be reached and written, leaving nothing behind.
+
+    The folder is created and a probe file (``.raysearch-probe-<pid>``) written and deleted in
+    it, so a folder that cannot be created or written (permissions, a read-only mount, a bucket
+    without write access) is refused here, before anything of the sweep is recorded. The local
+    folders made for the probe are removed again (Tune makes them when the sweep starts).
 
     Args:
         path (str): a resolved storage path (:func:`resolve_storage`).
 
     Raises:
         ValueError: one line naming the location and pyarrow's reason (unknown scheme, missing
-            bucket, no credentials, a file in the way, no permission).
+            bucket, no credentials, a file in the way, no permission to write).
     """
     import pyarrow.fs as pafs
 
+    doing = "used"
     try:
         if is_uri(path):
             filesystem, inner = pafs.FileSystem.from_uri(path)
@@ -65,7 +76,57 @@ def check_storage(path: str) -> None:
         info = filesystem.get_file_info(inner)
         if info.type == pafs.FileType.File:
             raise ValueError(f"storage path {path} is a file, not a folder")
+        made = [] if is_uri(path) else _missing_folders(Path(inner))
         filesystem.create_dir(inner, recursive=True)
+        probe = f"{inner.rstrip('/')}/.raysearch-probe-{os.getpid()}"
+        doing = "written"
+        try:
+            with filesystem.open_output_stream(probe) as stream:
+                stream.write(b"raysearch checks that the storage path can be written\n")
+            filesystem.delete_file(probe)
+        finally:
+            for folder in made:  # deepest first
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
     except (OSError, ValueError, NotImplementedError) as exc:  # pyarrow's errors subclass these
         reason = " ".join(str(exc).split())
-        raise ValueError(f"storage path {path} cannot be used: {reason}") from None
+        raise ValueError(f"storage path {path} cannot be {doing}: {reason}") from None
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """`folder` and its ancestors that do not exist yet, deepest first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+#: Longest sweep name (it names Tune's folder and prefixes every trial's run name).
+MAX_NAME_CHARS = 100
+#: Characters of a sweep name besides letters and digits.
+NAME_CHARS = "-_.+=@,"
+
+
+def check_sweep_name(name: str) -> str:
+    """`name` when it is a usable sweep name: one path component of a sane length.
+
+    A sweep's name is the folder of its Tune state under the storage path and the value of a
+    tag MLflow searches for, so it is 1 to :data:`MAX_NAME_CHARS` letters, digits and
+    :data:`NAME_CHARS`, not starting with ``.`` or ``-`` (no ``/``, no ``..``, no hidden
+    folder, no option look-alike).
+
+    Raises:
+        ValueError: one line naming the name and what is wrong with it.
+    """
+    shown = repr(name) if len(name) <= 40 else f"{name[:40]!r}... ({len(name)} characters)"
+    bad = sorted({c for c in name if not (c.isalnum() or c in NAME_CHARS)})
+    problem = ("is empty" if not name else
+               f"is longer than {MAX_NAME_CHARS} characters" if len(name) > MAX_NAME_CHARS else
+               f"holds {', '.join(map(repr, bad))}" if bad else
+               f"starts with {name[0]!r}" if name[0] in ".-" else None)
+    if problem is not None:
+        raise ValueError(f"sweep name {shown} {problem}: a name is one folder under the "
+                         f"storage path, 1-{MAX_NAME_CHARS} letters, digits and {NAME_CHARS} "
+                         "not starting with . or -")
+    return name

@@ -122,6 +122,8 @@ def check_new_study(url: str, name: str) -> None:
     Raises:
         ValueError: one line naming the study and the storage, or if it cannot be opened.
     """
+    if "://" not in url and not Path(url).is_file():
+        return  # no journal yet: no study of any name (and nothing is created here)
     try:
         open_storage(url).get_study_id_from_name(name)
     except KeyError:
@@ -151,6 +153,8 @@ def create_sweep_study(url: str, name: str, metric: str | list[str],
         ValueError: if the study exists already (:func:`check_new_study`) or the storage cannot
             be opened.
     """
+    if "://" not in url:  # the journal's folder (a storage path Tune has not made yet)
+        Path(url).parent.mkdir(parents=True, exist_ok=True)
     metrics = [metric] if isinstance(metric, str) else list(metric)
     modes = [mode] if isinstance(mode, str) else list(mode)
     check_new_study(url, name)

@@ -1,7 +1,8 @@
 """A sweep's name and record: what identifies it in MLflow and what ``--resume`` reads.
 
 A sweep is named ``<space>-<YYYYmmdd-HHMMSS>`` unless ``--name`` says otherwise
-(:func:`default_sweep_name`), and a name is used once per experiment
+(:func:`default_sweep_name`); a name is one folder under the storage path
+(:func:`~raysearch.tune.storage.check_sweep_name`) used once per experiment
 (:func:`check_new_sweep_name`). Its parent run holds :data:`SWEEP_RECORD`, the settings and the
 search space (:func:`load_record`), and the tag naming the driver process
 (:func:`driver_id`, :func:`driver_alive`).
@@ -19,6 +20,7 @@ from typing import Any
 
 from raysearch import tracking
 from raysearch.tune.spaces import SearchSpace
+from raysearch.tune.storage import MAX_NAME_CHARS, NAME_CHARS, check_sweep_name
 
 __all__ = ["SWEEP_RECORD", "check_new_sweep_name", "default_sweep_name", "driver_alive",
            "driver_id", "load_record"]
@@ -28,16 +30,25 @@ SWEEP_RECORD = "sweep.json"
 
 
 def default_sweep_name(space: SearchSpace) -> str:
-    """``<space>-<YYYYmmdd-HHMMSS>``."""
-    return f"{space.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    """``<space>-<YYYYmmdd-HHMMSS>``, a valid sweep name (:func:`check_sweep_name`).
+
+    Characters of the space's name that a sweep name cannot hold become ``_``, and the name
+    is cut to leave room for the time stamp.
+    """
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = "".join(c if c.isalnum() or c in NAME_CHARS else "_" for c in space.name)
+    base = base.lstrip(".-")[:MAX_NAME_CHARS - len(stamp) - 1] or "sweep"
+    return f"{base}-{stamp}"
 
 
 def check_new_sweep_name(client: Any, experiment: str, name: str) -> None:
-    """Refuse a sweep name the experiment already holds (its runs would be mixed up).
+    """Refuse an unusable sweep name, or one the experiment already holds.
 
     Raises:
-        ValueError: one line naming the existing sweep and suggesting ``--resume``.
+        ValueError: one line naming what is wrong (:func:`check_sweep_name`), or the existing
+            sweep and suggesting ``--resume`` (its runs would be mixed up).
     """
+    check_sweep_name(name)
     if client.get_experiment_by_name(experiment) is None:
         return
     try:

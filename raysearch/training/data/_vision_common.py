@@ -189,3 +189,76 @@ def _resolve_folder(root: Path, base: str, markers: Sequence[str]) -> Path:
     if root.name == base or any((root / m).exists() for m in markers):
         return root
     return root / base
+
+
+def _walk_files(name: str, top: Path) -> list[tuple[str, list[str]]]:
+    """(folder, sorted file names) of every folder under `top`, sorted by folder path.
+
+    ``os.walk(top, followlinks=True)`` as torchvision's ``make_dataset`` walks it (links to
+    folders are followed, unreadable folders skipped), except that a link back to a folder it
+    sits in (a symlink loop, which would be walked without end) is refused.
+
+    Raises:
+        DatasetError: naming the link and the folder it loops back to.
+    """
+    out: list[tuple[str, list[str]]] = []
+    # (folder, (device, inode) of the folders above it, the last link on the way to it)
+    stack: list[tuple[str, tuple[tuple[int, int], ...], str]] = [(str(top), (), "")]
+    while stack:
+        folder, ancestors, link = stack.pop()
+        try:
+            stat = os.stat(folder)
+            with os.scandir(folder) as entries:
+                listed = [(entry.name, _is_dir(entry), entry.is_symlink()) for entry in entries]
+        except OSError:  # as os.walk: an unreadable folder is skipped
+            continue
+        key = (stat.st_dev, stat.st_ino)
+        if key in ancestors:
+            raise DatasetError(
+                f"{name}: the link {link or folder} leads to {os.path.realpath(link or folder)}, "
+                "a folder it is in (a symlink loop); remove it"
+            )
+        out.append((folder, sorted(n for n, is_dir, _ in listed if not is_dir)))
+        for entry, is_dir, is_link in listed:
+            if is_dir:
+                path = os.path.join(folder, entry)
+                stack.append((path, (*ancestors, key), path if is_link else link))
+    return sorted(out)
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()  # follows a link, as os.walk(followlinks=True)
+    except OSError:
+        return False
+
+
+def _image_samples(
+    name: str, directory: Path, class_to_idx: dict[str, int], extensions: tuple[str, ...]
+) -> list[tuple[str, int]]:
+    """The files of torchvision's ``make_dataset`` (same order), safe from symlink loops.
+
+    For each class folder ``directory/<class>`` in sorted class order, the files under it
+    (:func:`_walk_files`) whose name ends with one of `extensions` (any case).
+
+    Raises:
+        FileNotFoundError: if a class has no such file (torchvision's message).
+        DatasetError: for a symlink loop.
+    """
+    samples: list[tuple[str, int]] = []
+    empty = []
+    for target in sorted(class_to_idx):
+        before = len(samples)
+        folder = directory / target
+        if folder.is_dir():
+            for root, files in _walk_files(name, folder):
+                samples.extend((os.path.join(root, f), class_to_idx[target])
+                               for f in files if f.lower().endswith(extensions))
+        if len(samples) == before:
+            empty.append(target)
+    if empty:
+        raise FileNotFoundError(
+            f"Found no valid file for the classes {', '.join(sorted(empty))}. Supported "
+            f"extensions are: {', '.join(extensions)}"
+        )
+    return samples

@@ -22,10 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
-from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
+from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes
 
 from raysearch.training.data._vision_common import (
     _download,
+    _image_samples,
     _in_memory_splits,
     _official_split_indices,
     _pct,
@@ -100,7 +101,7 @@ def _scan_tiny_imagenet(folder: Path) -> tuple[list, list, tuple[str, ...]]:
         raise DatasetError(f"{name}: {folder / 'wnids.txt'} lists no class")
     class_to_idx = {w: i for i, w in enumerate(wnids)}
     try:
-        train = make_dataset(str(folder / "train"), class_to_idx, extensions=IMG_EXTENSIONS)
+        train = _image_samples(name, folder / "train", class_to_idx, IMG_EXTENSIONS)
     except FileNotFoundError as err:
         raise DatasetError(
             f"{name}: no training images under {folder / 'train'}/<wnid>/images/"
@@ -238,10 +239,17 @@ def load_tiny_imagenet(
 
 
 def _scan_folder(name: str, directory: Path) -> tuple[list[str], list[tuple[str, int]]]:
-    """The ``find_classes`` + ``make_dataset`` with DatasetError instead of OSError."""
+    """The classes and samples of an ImageFolder tree, safe from symlink loops.
+
+    torchvision's ``find_classes`` and (:func:`_image_samples`) ``make_dataset``, with
+    DatasetError instead of OSError.
+
+    Raises:
+        DatasetError: for a folder without class folders of images, or a symlink loop.
+    """
     try:
         classes, class_to_idx = find_classes(str(directory))
-        samples = make_dataset(str(directory), class_to_idx, extensions=IMG_EXTENSIONS)
+        samples = _image_samples(name, directory, class_to_idx, IMG_EXTENSIONS)
     except FileNotFoundError as err:
         raise DatasetError(
             f"{name}: expected class folders of images ({', '.join(IMG_EXTENSIONS)}) in "

@@ -27,6 +27,7 @@ from raysearch.tune.spaces.specs import (
     SpaceError,
     Spec,
     bundled_spaces_dir,
+    format_value,
     one_line,
     parse_spec,
     read_yaml,
@@ -104,6 +105,12 @@ def check_top_level(doc: Any, label: str) -> dict:
 
 
 def _parse_train(raw: Any, label: str) -> dict[str, Spec]:
+    """The ``train:`` section's specs, each value checked by building a RunConfig.
+
+    Each candidate of a key is checked together with the other keys' low ends, since some keys
+    only make sense together (``schedule: multistep`` needs ``milestones``); an error names the
+    key whose value causes it (:func:`_train_error`), not the key being checked.
+    """
     train: dict[str, Spec] = {}
     for key, value in _as_mapping(raw, f"{label}: train").items():
         where = f"{label}: train.{key}"
@@ -113,18 +120,44 @@ def _parse_train(raw: Any, label: str) -> dict[str, Spec]:
                 f"allowed: {', '.join(TRAIN_KEYS)}"
             )
         train[key] = parse_spec(value, where, expect_float=key in _FLOAT_TRAIN_KEYS)
-    # each value is checked together with the other keys' low ends: some keys only make sense
-    # together (`schedule: multistep` needs `milestones`)
     for key, spec in train.items():
         others = {k: s.end("low") for k, s in train.items() if k != key}
         for candidate in spec.candidates():
-            try:
-                RunConfig(**sections_from_flat({**others, key: candidate}))
-            except (ValueError, TypeError) as exc:
-                # the key path says where; the config's section prefix would repeat it
-                text = re.sub(r"^(loss|model|data|optimizer|schedule): ", "", one_line(exc))
-                raise SpaceError(f"{label}: train.{key}: {text}") from None
+            flat = {**others, key: candidate}
+            problem = _config_problem(flat)
+            if problem is not None:
+                raise _train_error(label, train, flat, key, problem)
     return train
+
+
+def _config_problem(flat: Mapping[str, Any]) -> str | None:
+    """Why the flat training keys `flat` make no RunConfig (one line), or None."""
+    try:
+        RunConfig(**sections_from_flat(dict(flat)))
+    except (ValueError, TypeError) as exc:
+        # the key path says where; the config's section prefix would repeat it
+        return re.sub(r"^(loss|model|data|optimizer|schedule): ", "", one_line(exc))
+    return None
+
+
+def _train_error(label: str, train: Mapping[str, Spec], flat: Mapping[str, Any], key: str,
+                 problem: str) -> SpaceError:
+    """The error of the failing keys `flat` (checking `key`), under the key at fault.
+
+    Every key whose removal leaves the same `problem` is dropped (`key` last); what is left
+    causes it. The error names `key` when it is among them, else the first of them, and lists
+    the others it needs ("with train.epochs = 5").
+    """
+    culprits = dict(flat)
+    for other in [*(k for k in flat if k != key), key]:
+        rest = {k: v for k, v in culprits.items() if k != other}
+        if _config_problem(rest) == problem:
+            culprits = rest
+    blamed = key if key in culprits or not culprits else next(iter(culprits))
+    partners = [f"train.{k} {'at its low end' if train[k].sampled else '='} {format_value(v)}"
+                for k, v in culprits.items() if k != blamed]
+    where = f" (with {', '.join(partners)})" if partners else ""
+    return SpaceError(f"{label}: train.{blamed}: {problem}{where}")
 
 
 def _parse_sections(doc: Mapping[str, Any], label: str) -> dict[str, Spec]:

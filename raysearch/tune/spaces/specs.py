@@ -1,12 +1,12 @@
 """The search-space file format: YAML reading, one parameter spec, the error of a bad file.
 
-The leaf of the search-space modules: :class:`SpaceError` (every problem of a space or recipe
-file), the YAML loader (YAML 1.2 floats such as ``1e-3``, duplicate keys rejected, errors as one
-line), the bundled ``search_spaces`` folder, and :class:`Spec`, one parameter (a fixed value, a
-float/int range or a categorical) with :func:`parse_spec`, which checks it. The spec syntax is
-described in :mod:`raysearch.tune.spaces`, which re-exports every name defined here (as do
-:mod:`raysearch.tune.recipes` and :mod:`raysearch.tune.posthoc_sweep`, which import them from
-there).
+The leaf of the search-space modules: :class:`SpaceError` (every problem of a space or recipe file),
+the YAML loader (YAML 1.2 floats such as ``1e-3``; duplicate keys, aliases and files over
+:data:`MAX_YAML_BYTES` refused; errors as one line), the bundled ``search_spaces`` folder, and
+:class:`Spec`, one parameter (a fixed value, a float/int range or a categorical) with
+:func:`parse_spec`, which checks it. The spec syntax is described in :mod:`raysearch.tune.spaces`,
+which re-exports every name defined here (as do :mod:`raysearch.tune.recipes` and
+:mod:`raysearch.tune.posthoc_sweep`, which import them from there).
 
 This module imports nothing from the package: :mod:`raysearch.tune.spaces.search_space` and
 :mod:`raysearch.tune.spaces` import it, never the other way round. Optuna is only named for type
@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 __all__ = ["SpaceError"]
 
+#: Largest space or recipe file read, in bytes (the bundled ones are under 4 KiB).
+MAX_YAML_BYTES = 1 << 20
+
 _SPEC_KEYS = ("type", "low", "high", "log", "step", "choices")
 _RANGE_KINDS = ("float", "int")
 
@@ -45,12 +48,29 @@ class SpaceError(ValueError):
 
 
 # --------------------------------------------------------------------------------------------
-# YAML loading: YAML 1.2 floats (1e-3), duplicate keys rejected, errors as one line.
+# YAML loading: YAML 1.2 floats (1e-3), duplicate keys and aliases rejected, errors as one line.
 # --------------------------------------------------------------------------------------------
 
 
+class _AliasError(yaml.composer.ComposerError):
+    """A YAML alias (``*name``) in a raysearch file."""
+
+
 class _Loader(yaml.SafeLoader):
-    """Safe loader that reads ``1e-3`` as a float and rejects duplicate mapping keys."""
+    """Safe loader that reads ``1e-3`` as a float and rejects duplicate keys and aliases.
+
+    Aliases are refused outright: a few lines of aliases chained inside allowed keys (a "billion
+    laughs" document) expand to more values than memory holds once the parsed document is
+    walked. An anchor (``&name``) alone is harmless and kept.
+    """
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.events.AliasEvent):
+            event = self.peek_event()
+            raise _AliasError(None, None, f"YAML aliases (*{event.anchor}) are not allowed in "
+                              "raysearch files (chained aliases expand without limit); write "
+                              "the value out", event.start_mark)
+        return super().compose_node(parent, index)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: set[Any] = set()
@@ -90,12 +110,31 @@ def one_line(text: object) -> str:
 
 
 def read_yaml(path: Path, label: str) -> Any:
+    """The YAML document of a space or recipe file (plain data: dicts, lists, scalars).
+
+    Raises:
+        SpaceError: one line naming `label`: not UTF-8, over :data:`MAX_YAML_BYTES`, nested
+            too deeply, an alias (``*name``), a duplicate key or malformed YAML (with the line
+            and column).
+    """
+    size = path.stat().st_size if path.is_file() else 0
+    if size > MAX_YAML_BYTES:
+        raise SpaceError(f"{label}: {size} bytes; a space or recipe file is at most "
+                         f"{MAX_YAML_BYTES} bytes")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise SpaceError(f"{label}: not a UTF-8 text file ({exc.reason})") from None
+    if len(text.encode("utf-8")) > MAX_YAML_BYTES:  # a file that grew while being read
+        raise SpaceError(f"{label}: a space or recipe file is at most {MAX_YAML_BYTES} bytes")
     try:
         return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+    except RecursionError:
+        raise SpaceError(f"{label}: the YAML is nested too deeply") from None
+    except _AliasError as exc:
+        mark = exc.problem_mark
+        raise SpaceError(f"{label}: line {mark.line + 1}, column {mark.column + 1}: "
+                         f"{exc.problem}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
