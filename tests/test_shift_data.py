@@ -22,6 +22,8 @@ from PIL import Image
 from raysearch.cli.commands import main
 from raysearch.metrics.shift import (
     CLEAN,
+    DEFAULT_CORRUPTIONS,
+    HELD_OUT_CORRUPTIONS,
     SEVERITIES,
     LazyImages,
     ShiftSet,
@@ -177,6 +179,82 @@ def test_evaluate_shift_on_a_released_set(tmp_path):
     assert metrics["shift_mean_1_accuracy"] == pytest.approx(0.75)
     assert metrics["shift_mean_5_accuracy"] == pytest.approx(0.5)
     assert metrics["shift_mean_5_ece"] == pytest.approx((0.15 + 0.15 + 0.3) / 3, abs=1e-6)
+
+
+def _fixed_model(images, labels):
+    """As in the test above: 0.7 on the true class of a test image; black -> 0.4 on class 0."""
+    label_of = {image.tobytes(): int(y) for image, y in zip(images, labels, strict=True)}
+
+    def predict_logits(batch: np.ndarray) -> np.ndarray:
+        probs = np.full((len(batch), 4), 0.1)
+        for i, image in enumerate(batch):
+            if not image.any():
+                probs[i] = [0.4, 0.2, 0.2, 0.2]
+            else:
+                probs[i, label_of[image.tobytes()]] = 0.7
+        return np.log(probs)
+
+    return predict_logits
+
+
+def test_the_released_19_corruptions_average_over_the_benchmarks_15(tmp_path):
+    """The released folders hold 15 + 4 corruptions; the means are over the 15 (the papers').
+
+    The 15 benchmark corruptions are the clean images (accuracy 1, ECE 0.3) and the four extra
+    ones black images (accuracy 0.25, ECE 0.15): the means stay those of the 15, and the extras
+    have their own rows.
+    """
+    images = clean_images(8)
+    labels = np.array([0, 1, 2, 3, 0, 1, 2, 3])
+    black = np.zeros_like(images)
+    blocks = {name: [images] * 5 for name in DEFAULT_CORRUPTIONS}
+    blocks |= {name: [black] * 5 for name in HELD_OUT_CORRUPTIONS}
+    folder = write_cifar_c(tmp_path / "CIFAR-10-C", blocks, labels)
+    shift_set = load_released_shift_set(folder, images, labels, num_classes=4)
+    assert len(shift_set.corruptions) == 19
+    assert shift_set.held_out == ("gaussian_blur", "saturate", "spatter", "speckle_noise")
+    assert shift_set.benchmark == tuple(sorted(DEFAULT_CORRUPTIONS))
+    report = evaluate_shift(_fixed_model(images, labels), shift_set)
+    metrics = report.as_metrics()
+    assert len(metrics) == (1 + 19 * 5) * 3 + 6 * 3  # every row, the means of the 15
+    for severity in SEVERITIES:
+        assert metrics[f"shift_mean_{severity}_accuracy"] == 1.0
+        assert metrics[f"shift_mean_{severity}_ece"] == pytest.approx(0.3, abs=1e-6)
+        for name in HELD_OUT_CORRUPTIONS:  # reported apart
+            assert metrics[f"shift_{name}_{severity}_accuracy"] == 0.25
+    assert report.summary().splitlines()[-1] == (
+        "held out of the means: gaussian_blur, saturate, spatter, speckle_noise")
+    frame = report.to_frame()
+    assert len(frame) == 1 + 19 * 5
+    # a saved set keeps which corruptions are held out
+    shift_set.save(tmp_path / "set.npz")
+    assert ShiftSet.load(tmp_path / "set.npz").held_out == shift_set.held_out
+
+
+def test_imagenet_c_extras_are_held_out_too(tmp_path):
+    images = clean_images(4, size=8)
+    labels = np.array([0, 1, 0, 1])
+    files = {"a": [images[0], images[2]], "b": [images[1], images[3]]}
+    folder = write_imagenet_c(tmp_path / "ImageNet-C", ["fog", "spatter", "snow"], files,
+                              severities=(1,))
+    shift_set = load_released_shift_set(folder, images, labels, num_classes=2,
+                                        class_names=["a", "b"])
+    assert shift_set.corruptions == ("fog", "snow", "spatter")
+    assert shift_set.held_out == ("spatter",)
+    assert shift_set.benchmark == ("fog", "snow")
+
+
+def test_a_folder_of_other_corruptions_holds_none_out(cifar_c):
+    folder, images, labels, _ = cifar_c  # blur, fog, snow
+    assert load_released_shift_set(folder, images, labels, num_classes=4).held_out == ()
+
+
+def test_held_out_names_a_corruption_of_the_set():
+    images = clean_images(2)
+    with pytest.raises(ValueError, match="`held_out` names 'spatter', which has no entries; "
+                                         "the corruptions are fog"):
+        ShiftSet(images={CLEAN: images, ("fog", 1): images}, labels=[0, 1], index=[0, 1],
+                 held_out=("spatter",))
 
 
 # --------------------------------------------------------------------------------------------

@@ -35,7 +35,9 @@ mean as a marker.
 Released corrupted test sets (CIFAR-10-C, CIFAR-100-C, Tiny-ImageNet-C, ImageNet-C) are read by
 :func:`load_released_shift_set` instead: the same :class:`ShiftSet`, its corrupted entries read
 from the files one (corruption, severity) at a time, so the same :func:`evaluate_shift` and the
-same metric names apply.
+same metric names apply. The released folders also hold four extra corruptions
+(:data:`HELD_OUT_CORRUPTIONS`): they get their own rows and metrics, but the means over
+corruptions are over the benchmark's 15, as the papers' tables average them.
 
 References:
     Hendrycks and Dietterich, "Benchmarking Neural Network Robustness to Common Corruptions and
@@ -66,12 +68,17 @@ from raysearch.metrics.shift.corruptions import (
     corrupt_images,
 )
 from raysearch.metrics.shift.evaluation import ShiftReport, evaluate_shift
-from raysearch.metrics.shift.released import RELEASED_LABELS_FILE, load_released_shift_set
+from raysearch.metrics.shift.released import (
+    HELD_OUT_CORRUPTIONS,
+    RELEASED_LABELS_FILE,
+    load_released_shift_set,
+)
 from raysearch.metrics.shift.sets import CLEAN, LazyImages, ShiftSet, build_shift_set
 
 __all__ = [
     "CLEAN",
     "DEFAULT_CORRUPTIONS",
+    "HELD_OUT_CORRUPTIONS",
     "MIN_IMAGE_SIZE",
     "RELEASED_LABELS_FILE",
     "SEVERITIES",

@@ -42,10 +42,13 @@ class ShiftReport:
             and, when a calibrator was given, ``calibrator`` (its name), ``accuracy_cal``,
             ``ece_cal``, ``nll_cal``. Accuracy and ECE are fractions in [0, 1], NLL in nats.
         calibrator: name of the calibrator, or None.
+        held_out: corruptions whose rows are reported but left out of the means over
+            corruptions (:attr:`ShiftSet.held_out`: a released folder's four extra ones).
     """
 
     rows: list[dict[str, Any]]
     calibrator: str | None = None
+    held_out: tuple[str, ...] = ()
 
     def _metric_names(self) -> list[str]:
         names = list(_METRICS)
@@ -68,10 +71,11 @@ class ShiftReport:
         return pd.DataFrame(self.rows, columns=columns + self._metric_names())
 
     def _means(self) -> dict[int, dict[str, float]]:
-        """Per severity (sorted), the mean of every metric over the rows of that severity."""
+        """Per severity (sorted), the mean of every metric over its rows but the held-out ones."""
         by_severity: dict[int, list[dict[str, Any]]] = {}
         for row in self.rows:
-            by_severity.setdefault(int(row["severity"]), []).append(row)
+            if row["corruption"] not in self.held_out:
+                by_severity.setdefault(int(row["severity"]), []).append(row)
         return {
             severity: {
                 name: float(np.mean([row[name] for row in by_severity[severity]]))
@@ -87,7 +91,8 @@ class ShiftReport:
         row is ``shift_clean_0_{metric}``) and, after the calibrator,
         ``shift_{corruption}_{severity}_{metric}_{calibrator}`` (e.g.
         ``shift_gaussian_noise_3_ece_ts``); then the means over corruptions per severity,
-        ``shift_mean_{severity}_{metric}[_{calibrator}]`` (``shift_mean_0_*`` is the clean row).
+        ``shift_mean_{severity}_{metric}[_{calibrator}]`` (``shift_mean_0_*`` is the clean row),
+        which leave out the :attr:`held_out` corruptions (they have their rows only).
 
         Returns:
             Dict of Python floats (fractions; NLL in nats).
@@ -110,7 +115,8 @@ class ShiftReport:
 
         Returns:
             Lines ``severity | accuracy (%) | ECE (%) [| ECE {calibrator} (%)]``, one per
-            severity (0 = clean), values with 2 decimals.
+            severity (0 = clean), values with 2 decimals; with :attr:`held_out` corruptions a
+            last line naming them (not in the means).
         """
         headers = ["severity", "accuracy (%)", "ECE (%)"]
         keys = ["accuracy", "ece"]
@@ -127,7 +133,8 @@ class ShiftReport:
             rest = [cell.rjust(widths[i]) for i, cell in enumerate(cells) if i > 0]
             return "  ".join([cells[0].ljust(widths[0]), *rest])
 
-        return "\n".join([line(headers)] + [line(r) for r in table])
+        held = [f"held out of the means: {', '.join(self.held_out)}"] if self.held_out else []
+        return "\n".join([line(headers)] + [line(r) for r in table] + held)
 
 
 def _logits_array(value: Any, n: int, name: str) -> np.ndarray:
@@ -202,7 +209,8 @@ def evaluate_shift(
         n_bins: equal-width bins of the ECE. Defaults to ``15``.
 
     Returns:
-        A :class:`ShiftReport`, the clean row (severity 0) first.
+        A :class:`ShiftReport`, the clean row (severity 0) first, with the set's
+        :attr:`~ShiftSet.held_out` corruptions (rows, not in the means).
 
     Raises:
         ValueError: if ``clean_logits`` or an output of ``predict_logits`` is not float
@@ -247,4 +255,4 @@ def evaluate_shift(
             row["calibrator"] = name
             row |= _row_metrics(calibrated, labels, n_bins, suffix="_cal")
         rows.append(row)
-    return ShiftReport(rows=rows, calibrator=name)
+    return ShiftReport(rows=rows, calibrator=name, held_out=shift_set.held_out)

@@ -29,10 +29,15 @@ from raysearch.metrics.shift.corruptions import (
 )
 from raysearch.metrics.shift.sets import CLEAN, LazyImages, ShiftSet, _stratified_subsample
 
-__all__ = ["RELEASED_LABELS_FILE", "load_released_shift_set"]
+__all__ = ["HELD_OUT_CORRUPTIONS", "RELEASED_LABELS_FILE", "load_released_shift_set"]
 
 #: Labels file of a CIFAR-10-C / CIFAR-100-C folder: (5 N,) labels, severities 1-5 stacked.
 RELEASED_LABELS_FILE = "labels.npy"
+#: The four extra corruptions the released folders hold besides the benchmark's 15
+#: (:data:`~raysearch.metrics.shift.corruptions.DEFAULT_CORRUPTIONS`): Hendrycks and
+#: Dietterich release them for validation, and the papers' tables average over the 15 only.
+#: A shift set of a released folder reports them apart (:attr:`ShiftSet.held_out`).
+HELD_OUT_CORRUPTIONS: tuple[str, ...] = ("speckle_noise", "gaussian_blur", "spatter", "saturate")
 #: Image files of an ImageNet-C-layout folder (torchvision's ``IMG_EXTENSIONS``, any case).
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 _LAYOUTS = (
@@ -334,11 +339,14 @@ def load_released_shift_set(
       metrics are unaffected; the clean row is those test images.
 
     ``max_samples`` draws one class-stratified subsample (as :func:`build_shift_set`) used by
-    the clean entry and every corrupted entry. The corruptions are the files or folders found
-    (CIFAR-10-C: the 15 benchmark ones plus the 4 held-out ``speckle_noise``,
-    ``gaussian_blur``, ``spatter``, ``saturate``; the ``shift_mean_*`` of
-    :meth:`ShiftReport.as_metrics` average over all of them), sorted by name; severities as
-    found (1-5). Nothing is corrupted here, so ``imagecorruptions`` is not needed.
+    the clean entry and every corrupted entry. The corruptions are the files or folders found,
+    sorted by name; severities as found (1-5). The released CIFAR-10-C, CIFAR-100-C,
+    Tiny-ImageNet-C and ImageNet-C folders hold the benchmark's 15 corruptions plus the four
+    of :data:`HELD_OUT_CORRUPTIONS` (``speckle_noise``, ``gaussian_blur``, ``spatter``,
+    ``saturate``): those found are the set's :attr:`~ShiftSet.held_out`, so they get their own
+    rows and metrics while the ``shift_mean_*`` of :meth:`ShiftReport.as_metrics` average over
+    the others (the 15, as the papers' tables do). Nothing is corrupted here, so
+    ``imagecorruptions`` is not needed.
 
     Args:
         path: the folder.
@@ -354,7 +362,8 @@ def load_released_shift_set(
     Returns:
         A :class:`ShiftSet`: the clean test images (subsample) under :data:`CLEAN` as an
         array, then one :class:`LazyImages` per (corruption, severity); ``index`` holds the
-        rows of the test split.
+        rows of the test split, ``held_out`` the corruptions of :data:`HELD_OUT_CORRUPTIONS`
+        found.
 
     Raises:
         ValueError: one line naming the problem: ``path`` not a folder or in neither layout;
@@ -412,4 +421,6 @@ def load_released_shift_set(
             for key, entry in folders.items()
         }
     clean = np.ascontiguousarray(images[index])
-    return ShiftSet(images={CLEAN: clean, **entries}, labels=labels[index], index=index)
+    held_out = tuple(dict.fromkeys(name for name, _ in entries if name in HELD_OUT_CORRUPTIONS))
+    return ShiftSet(images={CLEAN: clean, **entries}, labels=labels[index], index=index,
+                    held_out=held_out)

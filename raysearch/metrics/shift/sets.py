@@ -100,17 +100,23 @@ class ShiftSet:
         labels: int64 (N,) labels, shared by all entries.
         index: int64 (N,) indices of the subsample into the original test set (sorted
             ascending by :func:`build_shift_set`).
+        held_out: corruptions reported apart: each has its own rows and metrics, but the means
+            over corruptions leave it out (the four extra corruptions a released CIFAR-10-C or
+            ImageNet-C folder holds besides the benchmark's 15,
+            :data:`~raysearch.metrics.shift.released.HELD_OUT_CORRUPTIONS`). Defaults to none.
 
     Raises:
         ValueError: if ``images`` lacks the clean entry, holds a non-uint8 or non-4-D array, a
-            key that is not (str, int), or entries whose shapes differ; or if ``labels`` /
-            ``index`` is not a 1-D integer array of length N.
+            key that is not (str, int), or entries whose shapes differ; if ``labels`` /
+            ``index`` is not a 1-D integer array of length N; or if ``held_out`` names a
+            corruption without entries.
         TypeError: if an entry of ``images`` is neither a NumPy array nor :class:`LazyImages`.
     """
 
     images: dict[tuple[str, int], np.ndarray | LazyImages]
     labels: np.ndarray
     index: np.ndarray
+    held_out: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.images, dict) or CLEAN not in self.images:
@@ -139,11 +145,24 @@ class ShiftSet:
         }
         self.labels = _as_index_array("labels", self.labels, shape[0])
         self.index = _as_index_array("index", self.index, shape[0])
+        if isinstance(self.held_out, str):
+            raise ValueError(f"`held_out` must be a sequence of corruption names, got the "
+                             f"string {self.held_out!r}")
+        self.held_out = tuple(str(name) for name in self.held_out)
+        unknown = [name for name in self.held_out if name not in self.corruptions]
+        if unknown:
+            raise ValueError(f"`held_out` names {', '.join(map(repr, unknown))}, which has no "
+                             f"entries; the corruptions are {', '.join(self.corruptions)}")
 
     @property
     def corruptions(self) -> tuple[str, ...]:
         """Corruption names of the corrupted entries, in order (without ``"clean"``)."""
         return tuple(dict.fromkeys(key[0] for key in self.images if key != CLEAN))
+
+    @property
+    def benchmark(self) -> tuple[str, ...]:
+        """The corruptions the means are taken over: :attr:`corruptions` less :attr:`held_out`."""
+        return tuple(name for name in self.corruptions if name not in self.held_out)
 
     @property
     def severities(self) -> tuple[int, ...]:
@@ -178,7 +197,8 @@ class ShiftSet:
         Args:
             path: output file, written as given (no suffix is appended).
         """
-        arrays = {"labels": self.labels, "index": self.index}
+        arrays = {"labels": self.labels, "index": self.index,
+                  "held_out": np.array(self.held_out, dtype=str)}
         for name, severity in self.images:
             arrays[f"{_IMAGE_KEY_PREFIX}{name}__{severity}"] = self.read((name, severity))
         with open(path, "wb") as handle:
@@ -210,7 +230,9 @@ class ShiftSet:
                 if not corruption or not severity.isdigit():
                     raise ValueError(f"{str(path)!r} holds an unexpected array {name!r}")
                 images[(corruption, int(severity))] = data[name]
-            return cls(images=images, labels=data["labels"], index=data["index"])
+            held_out = tuple(str(n) for n in data["held_out"]) if "held_out" in names else ()
+            return cls(images=images, labels=data["labels"], index=data["index"],
+                       held_out=held_out)
 
 
 def _stratified_subsample(labels: np.ndarray, max_samples: int | None, seed: int) -> np.ndarray:
