@@ -15,6 +15,13 @@ The class-wise loss scaling wrapper
 the hooks of :class:`Calibrator` (``_reset``, ``_first_iteration``, ``_fit_with_coef``,
 ``_fit_classwise``, ``_class_losses``): a calibrator written against them gets class-wise
 scaling for free.
+
+A fit has no finite optimum when the calibration set is separable
+(:func:`is_separable`: every sample's own class has the strictly largest logit): the objectives
+that reward confident right answers (NLL, Brier, focal, the ECEs) then keep falling as the
+temperature goes to 0. The temperature calibrators stop at their lower bound ``t_min`` and set
+:attr:`Calibrator.degenerate`; their probabilities are then close to one-hot and say nothing
+about calibration.
 """
 
 from collections.abc import Callable
@@ -32,6 +39,7 @@ __all__ = [
     "PROB_FLOOR",
     "Calibrator",
     "check_all_classes_present",
+    "is_separable",
     "log_softmax",
     "softmax",
 ]
@@ -112,6 +120,27 @@ def check_all_classes_present(labels: np.ndarray, n_classes: int, method: str) -
         )
 
 
+def is_separable(z: np.ndarray, labels: np.ndarray) -> bool:
+    """Whether every sample's own class has the strictly largest score (100% accuracy, no ties).
+
+    On such a calibration set NLL, the Brier score, focal loss and the ECEs fall towards 0 as
+    a temperature T -> 0, so temperature scaling has no finite optimum there.
+
+    Args:
+        z: (N, K) float64 logits (or log-probabilities: the argmax is the same).
+        labels: (N,) int64 labels in [0, K).
+
+    Returns:
+        True when the set is separable; False for an empty set.
+    """
+    if z.shape[0] == 0:
+        return False
+    top = z.max(axis=1)
+    if not np.all(z[np.arange(z.shape[0]), labels] >= top):  # a wrong argmax: ordinary data
+        return False
+    return bool(np.all((z == top[:, None]).sum(axis=1) == 1))  # and no tie for the top
+
+
 # --------------------------------------------------------------------------------------------
 # Base class
 # --------------------------------------------------------------------------------------------
@@ -123,6 +152,15 @@ class Calibrator:
     Subclasses implement ``_reset``, ``_fit_with_coef``, ``_first_iteration``,
     ``_predict_log_proba`` and ``_params``; the base class validates inputs, converts
     probabilities to logits and guards against use before ``fit``.
+
+    Attributes:
+        degenerate (bool): True when the last ``fit`` had no finite optimum: the calibration
+            set is separable (:func:`is_separable`) and the objective is lowest at the lower
+            bound ``t_min`` of the temperatures the fit searches, where the fitted temperature(s)
+            stopped (``pts``: the TS temperature it starts from; ``pts_sctl``: TS with its
+            objective), so the calibrated probabilities are near one-hot. Each calibrator then
+            warns (``UserWarning``). False before ``fit``, for a finite optimum (``ls``), and
+            for calibrators without a temperature (``dirichlet``).
 
     Class attributes:
         name: registry name (e.g. ``"ts"``).
@@ -156,6 +194,7 @@ class Calibrator:
         self.objective = objective
         self.inputs = validate_choice("inputs", inputs, INPUTS)
         self.n_classes_: int | None = None
+        self.degenerate = False
 
     # ---------------------------------------------------------------- public API
 
@@ -177,6 +216,7 @@ class Calibrator:
         z, y = self._prepare_fit(logits, labels)
         self._reset(z, y)
         self._fit_with_coef(z, y, None)
+        self.degenerate = self._is_degenerate(z, y)
         self.n_classes_ = z.shape[1]
         return self
 
@@ -225,6 +265,7 @@ class Calibrator:
         z = _check_scores(logits, self.inputs, "logits")
         y = check_labels(labels, z.shape[0], z.shape[1], "logits")
         self.n_classes_ = None
+        self.degenerate = False
         return z, y
 
     def _prepare_predict(self, logits: Any) -> np.ndarray:
@@ -306,6 +347,10 @@ class Calibrator:
             previous, previous_update = residual, update
             coef = coef + step * update
         return {"rounds": rounds, "converged": converged, "residual": residual}
+
+    def _is_degenerate(self, z: np.ndarray, y: np.ndarray) -> bool:
+        """Whether the fit just made has no finite optimum (see :attr:`degenerate`)."""
+        return False
 
     def _predict_log_proba(self, z: np.ndarray) -> np.ndarray:
         """Log of the calibrated probabilities of validated float64 logits."""

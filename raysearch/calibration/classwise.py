@@ -228,6 +228,8 @@ class ClasswiseLossScaling(Calibrator):
     iteration on Eq. 8 with (alpha, beta) = (1, 1.5) gives L^1; (4) alpha and beta by SLSQP on
     Eq. 6, then frozen; (5) the calibrator is fitted on Eq. 8 with the weights following the
     class losses. Prediction is the wrapped calibrator's: rank preserving iff it is.
+    ``degenerate`` is the wrapped calibrator's (a temperature stopped at its lower bound on a
+    separable calibration set).
 
     Args:
         base (Calibrator): an unfitted calibrator (``ts``, ``ets``, ``cts``, ``pts``,
@@ -350,6 +352,8 @@ class ClasswiseLossScaling(Calibrator):
         self.first_class_losses_ = losses_1
         self.class_weights_ = self._weights(final, alpha, beta)
         self.fit_info_ = info
+        base.degenerate = base._is_degenerate(z, y)
+        self.degenerate = base.degenerate
         base.n_classes_ = k
         self.n_classes_ = k
         return self

@@ -104,6 +104,9 @@ class CalibrationRow:
         params: the fitted calibrator's ``params_`` as plain Python values (empty if none).
         fit_seconds: wall time of the fit, None for ``"uncalibrated"``.
         error: ``"ExceptionType: message"`` if the calibrator failed, else None.
+        degenerate: whether the fit had no finite optimum (the calibration part is perfectly
+            classified; the calibrator's ``degenerate``, see
+            :class:`~raysearch.calibration.base.Calibrator`).
     """
 
     method: str
@@ -113,6 +116,7 @@ class CalibrationRow:
     params: dict[str, Any] = field(default_factory=dict)
     fit_seconds: float | None = None
     error: str | None = None
+    degenerate: bool = False
 
     @property
     def name(self) -> str:
@@ -180,6 +184,11 @@ class CalibrationReport:
             record["error"] = row.error
             records.append(record)
         return pd.DataFrame.from_records(records)
+
+    @property
+    def degenerate(self) -> tuple[str, ...]:
+        """Display names (``"ts"``, ``"ts+cw"``) of the calibrators whose fit was degenerate."""
+        return tuple(row.name for row in self.rows if row.degenerate)
 
     def metric_columns(self) -> tuple[str, ...]:
         """The :data:`METRIC_COLUMNS`, then the other metrics of the rows (a user's metrics)."""
@@ -267,6 +276,8 @@ def _evaluated_row(
     n_bins: int,
     params: dict[str, Any],
     fit_seconds: float | None,
+    *,
+    degenerate: bool = False,
 ) -> CalibrationRow:
     return CalibrationRow(
         method=method,
@@ -275,6 +286,7 @@ def _evaluated_row(
         reliability=reliability_bins(probs, labels, n_bins=n_bins),
         params=params,
         fit_seconds=fit_seconds,
+        degenerate=degenerate,
     )
 
 
@@ -301,7 +313,8 @@ def _calibrated_row(name: str, flag: bool, cal: Outputs, ev: Outputs, n_bins: in
         fit_seconds = time.perf_counter() - start
         probs = calibrator.predict_proba(ev.logits)
         params = _plain(dict(getattr(calibrator, "params_", {}) or {}))
-        row = _evaluated_row(name, flag, probs, ev.labels, n_bins, params, fit_seconds)
+        row = _evaluated_row(name, flag, probs, ev.labels, n_bins, params, fit_seconds,
+                             degenerate=bool(getattr(calibrator, "degenerate", False)))
     except _CALIBRATOR_FAILURES as exc:
         message = f"{type(exc).__name__}: {exc}"
         logger.warning("calibrator %s (classwise_scaling=%s) failed: %s", name, flag, message)

@@ -44,6 +44,7 @@ Tomani et al.
 """
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -52,9 +53,9 @@ import torch
 from torch import nn
 
 from raysearch.calibration._checks import validate_int, validate_number
-from raysearch.calibration.base import Calibrator
+from raysearch.calibration.base import Calibrator, is_separable
 from raysearch.calibration.objectives import CalibrationObjective
-from raysearch.calibration.temperature import TemperatureScaling
+from raysearch.calibration.temperature import TemperatureScaling, degenerate_message
 
 __all__ = ["ParameterizedTemperatureScaling", "SCTLParameterizedTemperatureScaling"]
 
@@ -105,6 +106,11 @@ class ParameterizedTemperatureScaling(Calibrator):
             code: a Keras L2 regulariser). Defaults to ``0.0``.
         seed (int, optional): seed of the MLP initialisation. Defaults to ``0``.
 
+    Attributes:
+        degenerate (bool): after ``fit``, True when the temperature scaling it starts from
+            stopped at its lower bound on a perfectly classified calibration set (no finite
+            optimum; the per-sample temperatures are clamped to [1e-3, 1e3]).
+
     Shape:
         logits: (N, K) float; labels: (N,) int in [0, K).
 
@@ -144,6 +150,7 @@ class ParameterizedTemperatureScaling(Calibrator):
         self._feature_std = np.ones(0)
         self.losses_: list[float] = []
         self._ts_temperature = 1.0
+        self._ts_at_bound = ""
         self._temperature_stats = (float("nan"),) * 3
 
     # ---------------------------------------------------------------- helpers
@@ -198,6 +205,7 @@ class ParameterizedTemperatureScaling(Calibrator):
         ts._reset(z, y)
         ts._fit_with_coef(z, y, None)
         self._ts_temperature = math.exp(ts._log_t)
+        self._ts_at_bound = ts.fit_info_.get("at_bound", "")
         with torch.no_grad():
             self._net.out.bias.fill_(ts._log_t)
         self._optimizer = torch.optim.Adam(
@@ -239,6 +247,10 @@ class ParameterizedTemperatureScaling(Calibrator):
 
         self._record_temperatures(self._adam_steps(z, self.steps - 1, loss_fn))
         return {"rounds": self.steps, "converged": True, "reweighting": "every step"}
+
+    def _is_degenerate(self, z, y):
+        """Whether the TS fit it starts from stopped at its lower bound on a separable set."""
+        return self._ts_at_bound == "lower" and is_separable(z, y)
 
     def _predict_log_proba(self, z):
         with torch.no_grad():
@@ -342,6 +354,10 @@ class SCTLParameterizedTemperatureScaling(ParameterizedTemperatureScaling):
         objective (CalibrationObjective): the training objective (default ``nll``, the
             released code's ``nn.CrossEntropyLoss``).
 
+    Attributes:
+        degenerate (bool): after ``fit``, True when the calibration set is perfectly classified
+            and temperature scaling with the same objective has no finite optimum there.
+
     Shape:
         as :class:`ParameterizedTemperatureScaling`.
 
@@ -416,6 +432,26 @@ class SCTLParameterizedTemperatureScaling(ParameterizedTemperatureScaling):
             float(temperatures.min()),
             float(temperatures.max()),
         )
+
+    def _is_degenerate(self, z, y):
+        """Whether the objective has no finite optimum: TS with it is degenerate on this set.
+
+        Only a separable set is tried (one TS fit, a few passes over the logits); the
+        ``UserWarning`` names ``pts_sctl``.
+        """
+        if not is_separable(z, y):
+            return False
+        ts = TemperatureScaling(self.objective, inputs="logits")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            ts._reset(z, y)
+            ts._fit_with_coef(z, y, None)
+        if not ts._is_degenerate(z, y):
+            return False
+        warnings.warn(degenerate_message(
+            "pts_sctl", "the per-sample temperatures have no finite optimum either"),
+            UserWarning, stacklevel=3)
+        return True
 
     def temperatures(self, logits: Any) -> np.ndarray:
         """Per-sample temperatures T_n (the MLP's raw output; may be <= 0).

@@ -8,6 +8,13 @@ and Brent search for ``sbece``, a multi-resolution grid for ``ts_hb_ece``). Deri
 from torch autograd through the objective's torch definition; none is written by hand. A
 temperature that ends on a bound is reported with a ``UserWarning`` and
 ``params_["at_bound"]``.
+
+Every temperature stays in ``[t_min, t_max]``, the range the fit searches, also where the
+objective has no finite optimum. On a separable calibration set
+(:func:`~raysearch.calibration.base.is_separable`: 100% accuracy) NLL, Brier, focal and the
+ECEs fall towards 0 as T -> 0: the fit stops at ``t_min``, ``degenerate`` is set (see
+:class:`~raysearch.calibration.base.Calibrator`) and the ``UserWarning`` says that the
+calibration set is perfectly classified. ``ls`` keeps a finite optimum there.
 """
 
 import logging
@@ -21,7 +28,7 @@ from scipy import optimize
 
 from raysearch.calibration._autograd import value_and_grad
 from raysearch.calibration._checks import log_softmax, softmax, validate_int, validate_number
-from raysearch.calibration.base import Calibrator, check_all_classes_present
+from raysearch.calibration.base import Calibrator, check_all_classes_present, is_separable
 from raysearch.calibration.objectives import _TINY, CalibrationObjective
 from raysearch.calibration.temperature_fit import (
     BOUND_TOL,
@@ -29,6 +36,7 @@ from raysearch.calibration.temperature_fit import (
     first_step,
     first_temperature_step,
     fit_log_temperature,
+    lower_bound_if_no_worse,
     multiresolution_log_temperature,
     temperature_scaled,
 )
@@ -39,6 +47,7 @@ __all__ = [
     "TemperatureScaling",
     "TemperatureScalingHBECE",
     "TemperatureScalingSBECE",
+    "degenerate_message",
 ]
 
 logger = logging.getLogger(__name__)
@@ -52,8 +61,33 @@ def _check_bounds(t_min: float, t_max: float) -> tuple[float, float]:
     return t_min, t_max
 
 
-def _warn_at_bound(name: str, at_bound: str, t_min: float, t_max: float) -> None:
-    if at_bound:
+def degenerate_message(name: str, stop: str) -> str:
+    """The warning of a fit without a finite optimum (a separable calibration set).
+
+    Args:
+        name: the calibrator, as the message names it.
+        stop: where its temperature stopped (``"T stopped at its lower bound t_min=0.05"``).
+    """
+    return (f"{name}: the calibration set is perfectly classified (every sample's own class has "
+            "the largest logit), so the objective keeps falling as T -> 0 and has no finite "
+            f"optimum; {stop} and the fit is marked degenerate (its probabilities are near "
+            "one-hot)")
+
+
+def _separable_fit(problem: ScalarTemperatureProblem, bounds: tuple[float, float],
+                   info: dict[str, Any]) -> dict[str, Any]:
+    """On a separable set, the fit on the lower bound where it is no worse (no optimum)."""
+    if is_separable(problem.z, problem.labels):
+        return lower_bound_if_no_worse(problem, bounds, info)
+    return info
+
+
+def _warn_at_bound(name: str, at_bound: str, t_min: float, t_max: float,
+                   z: np.ndarray, y: np.ndarray) -> None:
+    if at_bound == "lower" and is_separable(z, y):
+        warnings.warn(degenerate_message(name, f"T stopped at its lower bound t_min={t_min:g}"),
+                      UserWarning, stacklevel=4)
+    elif at_bound:
         bound = t_min if at_bound == "lower" else t_max
         warnings.warn(
             f"{name}: the fitted temperature hit the {at_bound} bound T={bound:g}; the "
@@ -119,9 +153,15 @@ class TemperatureScaling(_TemperatureCalibrator):
         objective (CalibrationObjective): the objective (see
             :func:`~raysearch.calibration.objectives.build_objective`).
         inputs (str, optional): ``"logits"`` or ``"probs"``. Defaults to ``"logits"``.
-        t_min (float, optional): lower bound of T, > 0. Defaults to ``0.05``.
+        t_min (float, optional): lower bound of T, > 0: the fit searches [t_min, t_max] and
+            stops at t_min where the objective has no finite optimum (a separable calibration
+            set; then ``degenerate`` is True). Defaults to ``0.05``.
         t_max (float, optional): upper bound of T. Defaults to ``20.0`` (Mix-n-Match's code
             uses 5.0, too low for very overconfident inputs).
+
+    Attributes:
+        degenerate (bool): after ``fit``, True when the calibration set is perfectly
+            classified and T stopped at ``t_min`` (see the module docstring).
 
     Shape:
         logits: (N, K) float; labels: (N,) int in [0, K).
@@ -149,13 +189,17 @@ class TemperatureScaling(_TemperatureCalibrator):
 
     def _fit_with_coef(self, z, y, class_coef):
         problem = ScalarTemperatureProblem(z, y, self.objective, class_coef)
-        self.fit_info_ = fit_log_temperature(problem, self._bounds(), self._log_t)
+        info = fit_log_temperature(problem, self._bounds(), self._log_t)
+        self.fit_info_ = _separable_fit(problem, self._bounds(), info)
         self._log_t = self.fit_info_["log_t"]
-        _warn_at_bound(self.name, self.fit_info_["at_bound"], self.t_min, self.t_max)
+        _warn_at_bound(self.name, self.fit_info_["at_bound"], self.t_min, self.t_max, z, y)
 
     def _first_iteration(self, z, y, class_coef):
         problem = ScalarTemperatureProblem(z, y, self.objective, class_coef)
         self._log_t = first_temperature_step(problem, self._log_t, self._bounds())
+
+    def _is_degenerate(self, z, y):
+        return self.fit_info_.get("at_bound") == "lower" and is_separable(z, y)
 
     def _predict_log_proba(self, z):
         return log_softmax(z / math.exp(self._log_t))
@@ -257,11 +301,12 @@ class TemperatureScalingHBECE(TemperatureScaling):
 
     def _fit_with_coef(self, z, y, class_coef):
         problem = ScalarTemperatureProblem(z, y, self.objective, class_coef)
-        self.fit_info_ = multiresolution_log_temperature(
+        info = multiresolution_log_temperature(
             problem, self._bounds(), self.grid_points, self.levels
         )
+        self.fit_info_ = _separable_fit(problem, self._bounds(), info)
         self._log_t = self.fit_info_["log_t"]
-        _warn_at_bound(self.name, self.fit_info_["at_bound"], self.t_min, self.t_max)
+        _warn_at_bound(self.name, self.fit_info_["at_bound"], self.t_min, self.t_max, z, y)
 
     def _params(self):
         return {**super()._params(), "ece": self.fit_info_.get("value", float("nan"))}
@@ -335,9 +380,9 @@ class EnsembleTemperatureScaling(_TemperatureCalibrator):
     def _fit_with_coef(self, z, y, class_coef):
         problem = ScalarTemperatureProblem(z, y, self.objective, class_coef)
         bounds = self._bounds()
-        info = fit_log_temperature(problem, bounds, self._log_t)
+        info = _separable_fit(problem, bounds, fit_log_temperature(problem, bounds, self._log_t))
         self._log_t = info["log_t"]
-        _warn_at_bound(self.name, info["at_bound"], self.t_min, self.t_max)
+        _warn_at_bound(self.name, info["at_bound"], self.t_min, self.t_max, z, y)
         components = self._components(z)
 
         objective_fn = self.objective.torch_objective(y, class_coef)
@@ -378,6 +423,10 @@ class EnsembleTemperatureScaling(_TemperatureCalibrator):
         problem = ScalarTemperatureProblem(z, y, self.objective, class_coef)
         bounds = self._bounds()
         self._log_t = first_temperature_step(problem, self._log_t, bounds)
+
+    def _is_degenerate(self, z, y):
+        at_bound = self.fit_info_.get("temperature_fit", {}).get("at_bound")
+        return at_bound == "lower" and is_separable(z, y)
 
     def _predict_log_proba(self, z):
         mixture = np.tensordot(self._weights, self._components(z), axes=1)
@@ -450,6 +499,7 @@ class ClassTemperatureScaling(_TemperatureCalibrator):
         check_all_classes_present(y, z.shape[1], "cts")
         self._reset(z, y)
         self._fit_with_coef(z, y, None)
+        self.degenerate = self._is_degenerate(z, y)
         self.n_classes_ = z.shape[1]
         return self
 
@@ -490,14 +540,24 @@ class ClassTemperatureScaling(_TemperatureCalibrator):
             self._log_t = result.x.copy()
         else:  # a line search that failed on a non-smooth objective (sbece): keep the start
             self._log_t = start.copy()
-        on_bound = (self._log_t - lo <= BOUND_TOL) | (hi - self._log_t <= BOUND_TOL)
+        if is_separable(z, y):  # no finite optimum where the common lower bound is no worse
+            floor = np.full(z.shape[1], lo)
+            if self._value(floor, z, y, class_coef) <= self._value(self._log_t, z, y, class_coef):
+                self._log_t = floor
+        lower = self._log_t - lo <= BOUND_TOL
+        on_bound = lower | (hi - self._log_t <= BOUND_TOL)
         self.fit_info_ = {
             "success": bool(result.success),
             "message": str(result.message),
             "iterations": int(result.nit),
             "classes_at_bound": [int(k) for k in np.flatnonzero(on_bound)],
+            "classes_at_lower_bound": [int(k) for k in np.flatnonzero(lower)],
         }
-        if on_bound.any():
+        if lower.any() and is_separable(z, y):
+            classes = self.fit_info_["classes_at_lower_bound"]
+            stop = f"the temperatures of classes {classes} stopped at t_min={self.t_min:g}"
+            warnings.warn(degenerate_message("cts", stop), UserWarning, stacklevel=3)
+        elif on_bound.any():
             warnings.warn(
                 f"cts: the temperatures of classes {self.fit_info_['classes_at_bound']} hit "
                 f"a bound ({self.t_min:g} or {self.t_max:g})",
@@ -511,6 +571,9 @@ class ClassTemperatureScaling(_TemperatureCalibrator):
         t_new = first_step(t, grad_s / t)
         lo, hi = self._bounds()
         self._log_t = np.clip(np.log(np.maximum(t_new, 1e-12)), lo, hi)
+
+    def _is_degenerate(self, z, y):
+        return bool(self.fit_info_.get("classes_at_lower_bound")) and is_separable(z, y)
 
     def _predict_log_proba(self, z):
         return log_softmax(z * np.exp(-self._log_t))

@@ -18,7 +18,11 @@ fitted by :func:`fit_log_temperature`:
   neighbours of the best point (xatol 1e-7 in log T); no derivative is used.
 
 ``ts_hb_ece`` (hard-binned ECE, piecewise constant) searches a multi-resolution grid in log T
-(:func:`multiresolution_log_temperature`). :func:`first_step` and
+(:func:`multiresolution_log_temperature`). On a separable calibration set (100% accuracy) the
+objectives but ``ls`` fall towards 0 as T -> 0 and the searches stop wherever the objective
+has become numerically flat; :func:`lower_bound_if_no_worse` then moves the fit to ``t_min``,
+the bound of the searched range (the temperature calibrators call it on separable sets only).
+:func:`first_step` and
 :func:`first_temperature_step` give torch L-BFGS's first iteration, the step whose class losses
 the class-wise loss scaling reads (:mod:`raysearch.calibration.classwise`).
 
@@ -49,6 +53,7 @@ __all__ = [
     "first_step",
     "first_temperature_step",
     "fit_log_temperature",
+    "lower_bound_if_no_worse",
     "multiresolution_log_temperature",
     "newton_log_temperature",
     "temperature_scaled",
@@ -280,6 +285,41 @@ def _fit_result(
         "method": method,
         "at_bound": at_bound,
     }
+
+
+def lower_bound_if_no_worse(
+    problem: ScalarTemperatureProblem, bounds: tuple[float, float], info: dict[str, Any]
+) -> dict[str, Any]:
+    """A scalar-temperature fit moved to the lower bound when the objective is no larger there.
+
+    Where the objective has no finite optimum (a separable calibration set: it falls towards
+    0 as T -> 0) a search stops where the objective is numerically flat, anywhere between
+    ``bounds[0]`` and a few tenths. This puts such a fit on the lower bound, where the search
+    would have gone with exact arithmetic: the objective's values (value definition, no
+    derivative) at ``info["log_t"]`` and at ``bounds[0]`` are compared, two evaluations.
+
+    Args:
+        problem: the fitted problem.
+        bounds: (log t_min, log t_max).
+        info: the fit's result (:func:`fit_log_temperature`,
+            :func:`multiresolution_log_temperature`).
+
+    Returns:
+        ``info`` unchanged where the bound is worse (a finite optimum, e.g. ``ls``) or already
+        reached; else a copy with ``log_t`` = ``bounds[0]``, its value, ``at_bound`` ``"lower"``
+        and the gradient there (NaN without derivative).
+    """
+    lo = bounds[0]
+    if info["log_t"] - lo <= BOUND_TOL:
+        return info
+    if problem.value(lo) > problem.value(info["log_t"]):
+        return info
+    if problem.objective.differentiable:
+        value, grad = problem.value_and_grad(lo)
+    else:
+        value, grad = problem.value(lo), float("nan")
+    return {**info, "log_t": lo, "value": value, "grad": grad,
+            "evaluations": problem.evaluations, "at_bound": "lower"}
 
 
 def _as_array_grad(pair: tuple[float, float]) -> tuple[float, np.ndarray]:

@@ -5,7 +5,10 @@ interactive ``pareto.html``), ``trials.parquet`` (``seeds.parquet``) and ``best_
 to the parent run;
 :func:`best_config_document` is the exported document and :func:`requirements` what it needs to
 train again (versions, the user's code behind its names); :func:`check_export_versions` says
-where this environment differs from an export's.
+where this environment differs from an export's. :func:`model_environment` is what a registered
+model needs where it is loaded (pip requirements, the user's code that no index has), and
+:func:`degenerate_line` reports a trial whose calibrator could not be fitted (its tag:
+:data:`~raysearch.tracking.runs.DEGENERATE_TAG`).
 
 Imports :mod:`raysearch.tracking.client` and :mod:`~raysearch.tracking.sweeps`;
 :mod:`~raysearch.tracking.callback` and :mod:`raysearch.tracking` import it.
@@ -31,6 +34,7 @@ from mlflow.tracking import MlflowClient
 
 from raysearch.tracking.pareto_html import pareto_html
 from raysearch.tracking.runs import (
+    DEGENERATE_TAG,
     ERROR_TAG,
     OUTCOME_TAG,
     PARENT_TAG,
@@ -49,6 +53,18 @@ from raysearch.tracking.sweeps import (
 )
 
 logger = logging.getLogger("raysearch.tracking")
+
+
+#: What ``export --register`` says when the calibrator could not be fitted on the trial's
+#: validation logits; the model is then exported without it.
+DEGENERATE_EXPORT = ("validation split is perfectly classified; the calibrator cannot be "
+                     "fitted — exported without it")
+
+
+def degenerate_line(trial: str, names: str) -> str:
+    """The progress line of a trial whose calibrators `names` could not be fitted."""
+    return (f"  {trial}: validation split is perfectly classified; calibrator {names} cannot be "
+            f"fitted (its temperature stopped at the lower bound; tag {DEGENERATE_TAG})")
 
 
 #: Environment variable of a fault drill: ``selection`` SIGKILLs the driver in the middle of
@@ -325,3 +341,172 @@ def _config_names(config: Any) -> set[str]:
     if not isinstance(config, dict):
         return set()
     return {str(v.get("name")) for v in config.values() if isinstance(v, dict)}
+
+
+#: Top-level modules a model's environment never lists by themselves (pinned, or raysearch's).
+_NOT_LISTED = ("__main__", "builtins", "raysearch", "torch", "numpy", "mlflow", "cloudpickle")
+
+
+def model_environment(objects: Any) -> tuple[list[str], list[str], list[str]]:
+    """What a pyfunc model made of `objects` needs where it is loaded.
+
+    raysearch as it is installed (:func:`raysearch_requirement`), torch, MLflow, NumPy and
+    cloudpickle at their versions here, and the package behind each object: an installed
+    distribution by name and version (``mypkg==0.1.0``; ``mypkg @ file:///...`` where it was
+    installed from a folder, a wheel file or a repository), ``torchvision`` for a
+    ``torchvision:`` model, a plug-in's distribution for its registered name; a package that
+    is no distribution (a folder next to the user) goes into the model as code
+    (MLflow ``code_paths``). Objects of ``__main__`` travel by value in the model's pickle.
+
+    Args:
+        objects: the model's factory (a name, an import string or the callable) and the fitted
+            calibrator (or None), in any number.
+
+    Returns:
+        ``(pip requirement lines, code paths (package folders or module files), notes)``, a
+        note (one line each) where raysearch is pinned by version only or a package is
+        neither installed nor importable here.
+    """
+    import cloudpickle
+    import mlflow
+    import numpy as np
+    import torch
+
+    line, note = raysearch_requirement()
+    pip = [f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}",
+           f"numpy=={np.__version__}", f"cloudpickle=={cloudpickle.__version__}", line]
+    code: list[str] = []
+    notes = [note] if note else []
+    for top in dict.fromkeys(t for obj in objects for t in _top_modules(obj)):
+        if top.startswith("dist:"):
+            pip.append(_distribution_requirement(top[len("dist:"):]))
+            continue
+        wanted = _package_requirement(top)
+        if wanted:
+            pip.append(wanted)
+        elif _module_path(top):
+            code.append(_module_path(top))
+        else:
+            notes.append(f"note: the model imports {top}, which is neither installed nor "
+                         "importable here: make it importable where the model is loaded")
+    return list(dict.fromkeys(pip)), code, notes
+
+
+def raysearch_requirement() -> tuple[str, str]:
+    """The pip line of the raysearch this process runs, and a note where it is a bare version.
+
+    A source tree (an editable install, or a checkout on ``sys.path``) gives
+    ``raysearch @ file:///<its folder>``; an install from a folder, a wheel file or a
+    repository gives its direct reference (PEP 610 ``direct_url.json``). Otherwise
+    ``raysearch==<version>`` with a note: the name ``raysearch`` on PyPI belongs to an
+    unrelated project.
+    """
+    import tomllib
+
+    import raysearch
+
+    root = Path(raysearch.__file__).resolve().parent.parent
+    try:
+        project = tomllib.loads((root / "pyproject.toml").read_text()).get("project", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        project = {}
+    if project.get("name") == "raysearch":
+        return f"raysearch @ {root.as_uri()}", ""
+    url = _direct_url("raysearch")
+    if url:
+        return f"raysearch @ {url}", ""
+    version = raysearch.__version__
+    return f"raysearch=={version}", (
+        f"note: the model's requirements pin raysearch=={version}, but the name raysearch on "
+        "PyPI belongs to an unrelated project: install this raysearch from its source where "
+        "the model is loaded")
+
+
+def _direct_url(dist: str) -> str:
+    """The PEP 610 URL a distribution was installed from (``git+URL@commit`` for a VCS), or ""."""
+    import importlib.metadata
+
+    try:
+        info = json.loads(importlib.metadata.distribution(dist).read_text("direct_url.json")
+                          or "{}")
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return ""
+    url = str(info.get("url", ""))
+    vcs = info.get("vcs_info")
+    if url and isinstance(vcs, dict):
+        commit = f"@{vcs['commit_id']}" if vcs.get("commit_id") else ""
+        url = f"{vcs.get('vcs', 'git')}+{url}{commit}"
+    return url
+
+
+def _distribution_requirement(dist: str) -> str:
+    """``dist @ URL`` where it was installed from one, else ``dist==version``."""
+    import importlib.metadata
+
+    url = _direct_url(dist)
+    if url:
+        return f"{dist} @ {url}"
+    try:
+        return f"{dist}=={importlib.metadata.version(dist)}"
+    except importlib.metadata.PackageNotFoundError:
+        return dist
+
+
+def _package_requirement(top: str) -> str:
+    """The requirement of the installed distribution holding top-level module `top`, or ""."""
+    import importlib.metadata
+
+    for dist in importlib.metadata.packages_distributions().get(top, []):
+        try:
+            importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return _distribution_requirement(dist)
+    return ""
+
+
+def _module_path(top: str) -> str:
+    """The folder of package `top` (or its module file) as imported here, or ""."""
+    import importlib
+    import sys
+
+    try:
+        module = sys.modules.get(top) or importlib.import_module(top)
+    except Exception:  # noqa: BLE001 (not importable here: the caller says so)
+        return ""
+    path = getattr(module, "__file__", None)
+    if not path:
+        return ""
+    path = os.path.abspath(path)
+    return os.path.dirname(path) if os.path.basename(path) == "__init__.py" else path
+
+
+def _top_modules(obj: Any) -> list[str]:
+    """Top-level modules behind a model name, import string or object (``dist:`` a plug-in's)."""
+    import sys
+
+    from raysearch.registry import BUILT_IN, is_import_string
+
+    if obj is None:
+        return []
+    if isinstance(obj, str):
+        if obj.startswith("torchvision:"):
+            return ["torchvision"]
+        if is_import_string(obj):
+            top = obj.split(":", 1)[0].split(".", 1)[0]
+        else:
+            from raysearch.training.registries import registry
+
+            try:
+                source = registry("models").source(obj)
+            except Exception:  # noqa: BLE001 (an unknown name: nothing to list)
+                return []
+            plugin = source not in (BUILT_IN, "unknown") and " " in source
+            return [f"dist:{source.rsplit(' ', 1)[0]}"] if plugin else []
+    else:
+        func = getattr(obj, "func", obj)  # functools.partial
+        module = getattr(func, "__module__", None) if callable(func) else None
+        top = (module or type(obj).__module__ or "").split(".", 1)[0]
+    if not top or top in _NOT_LISTED or top in sys.stdlib_module_names:
+        return []
+    return [top]

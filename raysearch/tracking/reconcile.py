@@ -39,6 +39,7 @@ from raysearch.tracking.runs import (
     COMPLETE_TAG,
     CONFIG_TAG,
     CONFIGURATION_TAG,
+    DEGENERATE_TAG,
     ERROR_TAG,
     NODE_KEY,
     NODE_TAG,
@@ -57,6 +58,7 @@ from raysearch.training.records import (
     CHECKPOINT_SKIPPED,
     COMPLETED,
     CONFIG_ID_KEY,
+    DEGENERATE_CALIBRATORS,
     DIVERGED,
     EPOCH_HISTORY,
     RESUMED_FROM,
@@ -129,11 +131,15 @@ class TrialRecords:
         return out
 
     def last_tag_values(self) -> dict[str, str]:
-        """The node, checkpoint-epoch and skipped-checkpoint tags of the last report with each."""
+        """The node, checkpoint-epoch, skipped-checkpoint and degenerate-calibrator tags.
+
+        Each from the last report that has it.
+        """
         tags: dict[str, str] = {}
         for result in self.results:
             for key, tag, kind in ((NODE_KEY, NODE_TAG, str), (RESUMED_FROM, RESUMED_TAG, int),
-                                   (CHECKPOINT_SKIPPED, SKIPPED_TAG, str)):
+                                   (CHECKPOINT_SKIPPED, SKIPPED_TAG, str),
+                                   (DEGENERATE_CALIBRATORS, DEGENERATE_TAG, str)):
                 value = result.get(key)
                 if isinstance(value, kind) and not isinstance(value, bool):
                     tags[tag] = str(value)

@@ -8,9 +8,9 @@ imports the other. Plain constants: this module imports nothing.
 """
 
 __all__ = ["ARTIFACT_FILES", "CHECKPOINT_SKIPPED", "CLASS_IOU", "COMPLETED", "CONFIDENCE_PLOT",
-           "CONFIG_ID_KEY", "DIVERGED", "EPOCH_HISTORY", "LOGITS_FILE", "NODE_ID", "RELIABILITY",
-           "RELIABILITY_PLOT", "RESUMED_FROM", "SEED_INDEX_KEY", "SHIFT_PLOT", "SHIFT_TABLE",
-           "WEIGHTS_FILE"]
+           "CONFIG_ID_KEY", "DEGENERATE_CALIBRATORS", "DIVERGED", "EPOCH_HISTORY", "LOGITS_FILE",
+           "NODE_ID", "RELIABILITY", "RELIABILITY_PLOT", "RESUMED_FROM", "SEED_INDEX_KEY",
+           "SHIFT_PLOT", "SHIFT_TABLE", "WEIGHTS_FILE"]
 
 #: Parquet file (in the final checkpoint and the MLflow run) with val/test logits and labels.
 LOGITS_FILE = "logits.parquet"
@@ -44,6 +44,10 @@ RESUMED_FROM = "resumed_from_epoch"
 #: one line naming that ``state.pt`` and why, and the older checkpoint the attempt resumed
 #: from instead (or that it started from scratch).
 CHECKPOINT_SKIPPED = "checkpoint_skipped"
+#: Result key, in the last report of a trial whose validation split is perfectly classified: the
+#: post-hoc calibrators whose fit had no finite optimum (``degenerate``), comma-separated
+#: (``"ts,ts+cw"``); the tracking sets it as the run's tag ``raysearch.calibrator_degenerate``.
+DEGENERATE_CALIBRATORS = "calibrator_degenerate"
 #: Result key: the epochs trained since the previous report and not reported on their own, a
 #: list of ``{"epoch": e, "train_...": ..., "val_...": ...}`` (the tracking callback logs each at
 #: ``step=e``). A report's own epoch is its top-level ``epoch`` and metrics.

@@ -20,6 +20,7 @@ Plain PyTorch/NumPy: no Ray, no MLflow.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,7 @@ from raysearch.training.loop import (
 from raysearch.training.records import (
     CLASS_IOU,
     CONFIDENCE_PLOT,
+    DEGENERATE_CALIBRATORS,
     LOGITS_FILE,
     SHIFT_PLOT,
     SHIFT_TABLE,
@@ -181,8 +183,8 @@ class Task:
     def write_artifacts(self, result: TrainResult, cfg: RunConfig, out: Path, test: Any, *,
                         posthoc: tuple[str, ...] = (), shift_set: Any = None,
                         title: str = "trial",
-                        metric_fns: Mapping[str, MetricFn] | None = None) -> dict[str, float]:
-        """Write the trial's files into `out`; return the metrics they add to the last report.
+                        metric_fns: Mapping[str, MetricFn] | None = None) -> dict[str, Any]:
+        """Write the trial's files into `out`; return what they add to the last report.
 
         Args:
             result: the trained run.
@@ -250,35 +252,45 @@ class ClassificationTask(Task):
     def write_artifacts(self, result: TrainResult, cfg: RunConfig, out: Path, test: Any, *,
                         posthoc: tuple[str, ...] = (), shift_set: Any = None,
                         title: str = "trial",
-                        metric_fns: Mapping[str, MetricFn] | None = None) -> dict[str, float]:
+                        metric_fns: Mapping[str, MetricFn] | None = None) -> dict[str, Any]:
         """``logits.parquet``; the post-hoc calibrators; the shift evaluation when asked.
 
         ``test_*_<calibrator>`` come from calibrators fitted on the validation logits;
         ``val_*_<calibrator>`` from ones fitted on a stratified half of the validation set and
         measured on the other half (an honest validation score to select on). ``*`` is every
-        metric of ``group_keys("calibrated")`` and each of the user's `metric_fns`.
+        metric of ``group_keys("calibrated")`` and each of the user's `metric_fns`. Where the
+        validation split (or a half) is perfectly classified, the calibrators that could not
+        be fitted (``degenerate``) are named under
+        :data:`~raysearch.training.records.DEGENERATE_CALIBRATORS` (the run's tag and one
+        progress line come from the tracking; their own warnings are not repeated here).
         """
         from raysearch.calibration.posthoc import Outputs, calibrate_outputs, write_outputs_parquet
 
         posthoc = tuple(posthoc)
-        final: dict[str, float] = {}
+        final: dict[str, Any] = {}
         logits = np.concatenate([result.val_logits, result.test_logits])
         labels = np.concatenate([result.val_labels, result.test_labels])
         split = ["val"] * len(result.val_labels) + ["test"] * len(result.test_labels)
         write_outputs_parquet(out / LOGITS_FILE, logits, labels, split)
         if posthoc:
-            # the uncalibrated rows are left out: fit measured the test split already, and the
-            # val half's raw numbers are not reported
-            report = calibrate_outputs(Outputs(logits, labels, split=np.asarray(split)),
-                                       methods=posthoc, n_bins=cfg.ece_bins, uncalibrated=False,
-                                       metrics=metric_fns)
+            with warnings.catch_warnings():  # a degenerate fit: one line from the tracking
+                warnings.filterwarnings("ignore", "[^:]*: the calibration set is perfectly",
+                                        UserWarning)
+                # the uncalibrated rows are left out: fit measured the test split already, and
+                # the val half's raw numbers are not reported
+                report = calibrate_outputs(Outputs(logits, labels, split=np.asarray(split)),
+                                           methods=posthoc, n_bins=cfg.ece_bins,
+                                           uncalibrated=False, metrics=metric_fns)
+                val_only = Outputs(result.val_logits, result.val_labels)
+                halves = calibrate_outputs(val_only, methods=posthoc, n_bins=cfg.ece_bins,
+                                           fraction=0.5, seed=cfg.seed, uncalibrated=False,
+                                           metrics=metric_fns)
             final.update({k: v for k, v in report.as_metrics("test").items()
                           if k not in result.metrics})
-            val_only = Outputs(result.val_logits, result.val_labels)
-            halves = calibrate_outputs(val_only, methods=posthoc, n_bins=cfg.ece_bins,
-                                       fraction=0.5, seed=cfg.seed, uncalibrated=False,
-                                       metrics=metric_fns)
             final.update(halves.as_metrics("val", calibrated_only=True))
+            degenerate = dict.fromkeys((*report.degenerate, *halves.degenerate))
+            if degenerate:
+                final[DEGENERATE_CALIBRATORS] = ",".join(degenerate)
         if shift_set:
             final.update(_shift_eval(result, cfg, test, shift_set, posthoc, out))
         return final
@@ -471,8 +483,10 @@ def _shift_eval(result: TrainResult, cfg: RunConfig, test: Any, shift_set: Any,
     report = evaluate_shift(predict_logits, shift_set, calibrator=calibrator,
                             calibrator_name=name, n_bins=cfg.ece_bins)
     frame = report.to_frame()
-    frame.to_csv(out / SHIFT_TABLE, index=False)
-    plots.shift_plot(frame, out / SHIFT_PLOT, calibrator=name,
+    frame.to_csv(out / SHIFT_TABLE, index=False)  # every corruption, the held-out ones too
+    # the boxes are the benchmark's corruptions, as the means are
+    benchmark = frame[~frame["corruption"].isin(report.held_out)]
+    plots.shift_plot(benchmark, out / SHIFT_PLOT, calibrator=name,
                      title=f"{cfg.loss.name} on {cfg.data.name}: corrupted test set")
     return report.as_metrics()
 
