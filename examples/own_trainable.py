@@ -15,6 +15,10 @@ Run it (MLflow goes where ``$MLFLOW_TRACKING_URI`` says, else ``./mlruns.db``)::
     python examples/own_trainable.py --num-samples 6
     raysearch ui        # the sweep's parent run, with pareto.png and best_config.yaml
 
+It starts a Ray of its own on this machine, as ``raysearch sweep`` does, and never joins a Ray
+already running here; ``--address auto`` (a cluster node) or ``--address ray://HEAD:10001``
+(a Ray Client) runs the trials on that cluster instead (the script's imports must be there).
+
 The trainable below is a softmax-regression network on scikit-learn's digits, trained with
 label smoothing whose epsilon and learning rate the sweep searches. Only public names are used.
 """
@@ -25,6 +29,7 @@ import argparse
 import os
 
 import numpy as np
+import ray
 import torch
 from ray import tune
 from sklearn.datasets import load_digits
@@ -87,14 +92,22 @@ def main() -> None:
     parser.add_argument("--num-samples", type=int, default=6)
     parser.add_argument("--storage-path", default=os.path.expanduser("~/ray_results"))
     parser.add_argument("--name", default=None, help="sweep name (the parent run's)")
+    parser.add_argument("--address", default=None,
+                        help="Ray cluster to run on (auto, ray://HEAD:10001) [default: start a "
+                             "local Ray, never one already running on this machine]")
     args = parser.parse_args()
 
     space = space_from_dict(SPACE, "own-trainable")
     callback = SweepCallback(args.name, space=space)  # honours $MLFLOW_TRACKING_URI
+    search = raysearch.searcher(space, seed=0)
+    # a Ray of its own, or --address's cluster; a session this process started is used as it
+    # is. Started before the Tuner (which, through a Ray Client, runs on the head node)
+    if not ray.is_initialized():
+        ray.init(address=args.address or "local")
     tuner = tune.Tuner(
         trainable,
-        tune_config=tune.TuneConfig(search_alg=raysearch.searcher(space, seed=0),
-                                    num_samples=args.num_samples, max_concurrent_trials=2),
+        tune_config=tune.TuneConfig(search_alg=search, num_samples=args.num_samples,
+                                    max_concurrent_trials=2),
         run_config=tune.RunConfig(name=callback.sweep_name, callbacks=[callback], verbose=0,
                                   storage_path=os.path.abspath(args.storage_path)),
     )

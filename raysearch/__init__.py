@@ -27,6 +27,7 @@ _LAZY = {
     "RunConfig": "raysearch.config",
     "SweepSettings": "raysearch.tune.settings",
     "SweepResult": "raysearch.tune.engine",
+    "NoTrialCompletedError": "raysearch.tune.outcome",
     "sweep": "raysearch.api",
     "train": "raysearch.api",
     "export": "raysearch.api",

@@ -93,12 +93,17 @@ def sweep(space: str | Path | Mapping[str, Any] | Any, *, model: Any = None,
     Returns:
         SweepResult: ``trials`` (a DataFrame: one row per trial with its params, final metrics,
         ``complete``, ``on_front`` and ``selected``), ``front``, ``selected``,
-        ``parent_run_id``, ``name``, ``mlflow_link``.
+        ``parent_run_id``, ``name``, ``mlflow_link``, ``failed`` (the failed trials with their
+        one-line errors; a sweep in which some trials failed returns normally).
 
     Raises:
         ValueError: one line for an unknown name or setting, an import string that does not
             import, a factory that raises or breaks its contract, a `loss` given with a space
             that names its own; all before Ray starts or anything is written.
+        raysearch.NoTrialCompletedError: (a RuntimeError) when the sweep ran but none of its
+            trials completed; its ``result`` is the SweepResult (parent run, trials table and
+            ``failed`` recorded as usual). Not raised for a sweep stopped by Ctrl-C, which
+            returns with ``interrupted`` set.
     """
     from raysearch.tune.engine import run_sweep
     from raysearch.tune.spaces import SearchSpace, load_space, space_from_dict
@@ -128,7 +133,12 @@ def sweep(space: str | Path | Mapping[str, Any] | Any, *, model: Any = None,
         values["dataset"] = dataset_name
     values["metrics"] = _metrics(metrics, components)
     config = SweepSettings(**values)
-    return run_sweep(loaded, config, progress=progress, components=components or None)
+    result = run_sweep(loaded, config, progress=progress, components=components or None)
+    if not result.interrupted and not result.completed:
+        from raysearch.tune.outcome import NoTrialCompletedError
+
+        raise NoTrialCompletedError(result)
+    return result
 
 
 @dataclass
@@ -189,13 +199,14 @@ def train(config: RunConfig | Mapping[str, Any] | str | Path, *, model: Any = No
     import yaml
 
     from raysearch.tracking import check_export_versions, train_and_log
+    from raysearch.training.registries import check_config_names
 
     exported: list[str] = []
+    doc = None
     if isinstance(config, (str, Path)):
         doc = yaml.safe_load(Path(config).read_text()) if Path(config).is_file() else None
         cfg = RunConfig.from_yaml(config)
         if isinstance(doc, dict):
-            check_export_versions(doc, progress or (lambda line: None))
             exported = list(doc.get("metric_functions") or [])
     elif isinstance(config, RunConfig):
         cfg = config
@@ -211,6 +222,10 @@ def train(config: RunConfig | Mapping[str, Any] | str | Path, *, model: Any = No
     if updates:
         cfg = _override(cfg, updates)
     specs = _metrics(metrics, components) if metrics is not None else tuple(exported)
+    # a name that does not import is the one error, before any note on the export's versions
+    check_config_names(cfg, specs, components)
+    if isinstance(doc, dict):
+        check_export_versions(doc, progress or (lambda line: None))
     run_id, values = train_and_log(cfg, tracking_uri=tracking_uri, experiment=experiment,
                                    run_name=run_name, progress=progress, device=device,
                                    precision=precision, components=components,
@@ -227,8 +242,15 @@ def _override(cfg: RunConfig, values: Mapping[str, Any]) -> RunConfig:
 def export(name: str, path: str | Path | None = None, *, tracking_uri: str | None = None,
            experiment: str = "raysearch", tolerance: float | None = None,
            register: str | None = None, with_weights: bool = False, calibrator: str = "ts",
-           storage_path: str | None = None) -> dict[str, Any]:
+           storage_path: str | None = None, model: Any = None, dataset: Any = None,
+           loss: Any = None) -> dict[str, Any]:
     """The selected trial of sweep `name` as an export document, a YAML file or a model.
+
+    A model is rebuilt from the trial's config: a sweep of objects defined in a script or a
+    notebook (recorded as ``__main__:name``) needs them again, given as `model` and `dataset`
+    from the script or notebook that defines them::
+
+        raysearch.export("nb", register="nb-model", model=make_net, dataset=rows)
 
     Args:
         name: the sweep's name.
@@ -246,15 +268,26 @@ def export(name: str, path: str | Path | None = None, *, tracking_uri: str | Non
             applied after the network (``ts``, ``cts``, ``ets``, ..., or ``none``).
         storage_path: where the sweep's Tune storage is now, when the trial's weights are read
             from its checkpoint (default: the path it was started with).
+        model: the model's factory (a callable, a name or an import string) standing for the
+            config's model, as :func:`sweep` took it; needed for a ``__main__`` factory.
+        dataset: the dataset's factory likewise (it gives the model's input shape and classes).
+        loss: the loss likewise; accepted so that a sweep's keywords can be passed again, the
+            model itself does not use it.
 
     Returns:
         ``{"config": ..., "sweep": ..., "trial": ..., "run_id": ..., "selection": ...,
         "metrics": {...}, "requires": {versions, import strings, packages}}``; with a model,
-        also ``"model": {"uri": ..., "calibrator": ...}``.
+        also ``"model": {"uri": ..., "calibrator": ..., "requirements": [...], "notes":
+        [...]}`` (:func:`raysearch.tune.model_export.export_model`). Where the validation split
+        is perfectly classified the calibrator cannot be fitted (``degenerate``): the model is
+        exported without it (``"calibrator": "none"``, ``"warning"``) and a ``UserWarning``
+        says so.
 
     Raises:
         ValueError: if the sweep is unknown or has no complete trial; for a model, if the
-            trial's weights or validation logits are missing, or `calibrator` is unknown.
+            trial's weights or validation logits are missing, `calibrator` is unknown, or the
+            config names ``__main__`` objects that `model` / `dataset` do not give (one line
+            naming ``raysearch.export(..., model=...)``).
     """
     import yaml
 
@@ -275,12 +308,48 @@ def export(name: str, path: str | Path | None = None, *, tracking_uri: str | Non
             raise ValueError(f"{path} exists; the model's folder must be new")
         from raysearch.tune.model_export import export_model
 
+        components = _export_components(name, doc["config"], model=model, dataset=dataset,
+                                        loss=loss)
         doc["model"] = export_model(client, parent, doc, register=register,
                                     folder=path if with_weights else None,
-                                    calibrator=calibrator, storage_path=storage_path)
+                                    calibrator=calibrator, storage_path=storage_path,
+                                    components=components)
+        if doc["model"].get("warning"):
+            import warnings
+
+            warnings.warn(doc["model"]["warning"], UserWarning, stacklevel=2)
     elif path is not None:
         Path(path).write_text(yaml.safe_dump(doc, sort_keys=False))
     return doc
+
+
+def _export_components(name: str, config: Mapping[str, Any], *, model: Any, dataset: Any,
+                       loss: Any) -> dict[str, dict[str, Any]]:
+    """The given objects keyed by the config's names; raise for ``__main__`` names not given.
+
+    Raises:
+        ValueError: one line naming ``raysearch.export(..., model=...)`` for a ``__main__``
+            model or dataset that is not given; for a value that is neither a name nor a
+            callable.
+    """
+    cfg = RunConfig.from_dict(dict(config))
+    recorded = (("model", "models", cfg.model.name, model),
+                ("dataset", "datasets", cfg.data.name, dataset),
+                ("loss", "losses", cfg.loss.name, loss))
+    missing = [(keyword, str(label)) for keyword, _, label, given in recorded[:2]
+               if given is None and str(label).startswith("__main__:")]
+    if missing:
+        named = ", ".join(f"{keyword} {label!r}" for keyword, label in missing)
+        keywords = ", ".join(f"{keyword}={label.split(':', 1)[1]}" for keyword, label in missing)
+        raise ValueError(f"sweep '{name}' trained objects defined in a script or notebook "
+                         f"({named}), which only it can give again: export the model from it "
+                         f"with raysearch.export('{name}', register=..., {keywords})")
+    components: dict[str, dict[str, Any]] = {}
+    for _, kind, label, given in recorded:
+        if given is not None:
+            _name_of(given, kind, {})  # a name, an import string or a callable
+            components.setdefault(kind, {})[str(label)] = given
+    return components
 
 
 def searcher(space: Any, *, metric: str | Sequence[str] = ("val_accuracy", "val_ece"),

@@ -302,3 +302,335 @@ def test_unreachable_tracking_server_fails_fast(command, tmp_path):
     assert elapsed < 10, f"took {elapsed:.1f} s"
     assert not (tmp_path / "best.yaml").exists()
     assert not (tmp_path / "calib-out").exists(), "calibration output written before the check"
+
+
+# -- the user's code breaking its contract (issue 39): a package `contractpkg` written into
+# tmp_path, run from there as a user would; each is refused before Ray starts, nothing written
+
+_CONTRACT_PKG = '''
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import Dataset, TensorDataset
+
+from raysearch import DatasetSplits
+
+
+class PerSample(nn.Module):
+    def forward(self, logits, targets):
+        return F.cross_entropy(logits, targets, reduction="none")
+
+
+class Detached(nn.Module):
+    def forward(self, logits, targets):
+        return F.cross_entropy(logits.detach(), targets)
+
+
+def top1_torch(probs, labels):
+    return (probs.argmax(dim=1) == labels).float().mean()
+
+
+def always_nan(probs, labels):
+    return float("nan")
+
+
+class Halves:
+    def fit(self, logits, labels):
+        return self
+
+    def predict_proba(self, logits):
+        e = np.exp(logits - logits.max(axis=1, keepdims=True))
+        return 0.5 * e / e.sum(axis=1, keepdims=True)
+
+
+def _rows(n, bad=0):
+    x = torch.randn(n, 4)
+    x.view(-1)[:bad] = float("nan")
+    return TensorDataset(x, torch.arange(n) % 2)
+
+
+def nan_rows(data_dir, seed, val_fraction):
+    return DatasetSplits(train=_rows(40, bad=12), val=_rows(10), test=_rows(10), num_classes=2)
+
+
+class Files(Dataset):
+    def __len__(self):
+        return 100
+
+    def __getitem__(self, i):
+        x = torch.zeros(4)
+        x[0] = float("inf") if i == 99 else 0.0
+        return x, i % 2
+
+
+def inf_files(data_dir, seed, val_fraction):
+    return DatasetSplits(train=_rows(40), val=_rows(10), test=Files(), num_classes=2)
+
+
+def net(num_classes, input_shape):
+    return nn.Linear(4, num_classes)
+'''
+
+
+def _contract_space(tmp, loss):
+    return _write(tmp / "space.yaml", f"method: contractpkg.parts:{loss}\ntrain:\n  epochs: 1\n")
+
+
+def _loss_per_sample(tmp):
+    return (["sweep", str(_contract_space(tmp, "PerSample"))],
+            ["loss 'contractpkg.parts:PerSample' returned a tensor of shape (2,), expected a "
+             "scalar (the batch mean)"])
+
+
+def _loss_detached_dry_run(tmp):
+    return (["sweep", str(_contract_space(tmp, "Detached")), "--dry-run"],
+            ["loss 'contractpkg.parts:Detached'", "does not depend on the logits"])
+
+
+def _metric_needs_tensors(tmp):
+    return (["sweep", "ce", "--metric", "contractpkg.parts:top1_torch"],
+            ["metric 'contractpkg.parts:top1_torch' raised TypeError", "NumPy arrays"])
+
+
+def _metric_returns_nan(tmp):
+    return (["sweep", "ce", "--metric", "contractpkg.parts:always_nan"],
+            ["metric 'contractpkg.parts:always_nan' returned nan", "expected a finite float"])
+
+
+def _calibrator_rows_not_summing_to_one(tmp):
+    return (["sweep", "ce", "--posthoc", "ts,contractpkg.parts:Halves"],
+            ["calibrator 'contractpkg.parts:Halves'", "rows that do not sum to 1"])
+
+
+def _dataset_nan_inputs(tmp):
+    return (["sweep", "ce", "--dataset", "contractpkg.parts:nan_rows", "--model",
+             "contractpkg.parts:net"],
+            ["dataset 'contractpkg.parts:nan_rows' train split: 12 non-finite input values "
+             "(NaN or inf)"])
+
+
+def _dataset_inf_in_files_dry_run(tmp):
+    return (["sweep", "ce", "--dataset", "contractpkg.parts:inf_files", "--model",
+             "contractpkg.parts:net", "--dry-run"],
+            ["dataset 'contractpkg.parts:inf_files' test split: 1 non-finite input value "
+             "(NaN or inf) in its first and last 32 items"])
+
+
+CONTRACT_CASES = [
+    _loss_per_sample, _loss_detached_dry_run, _metric_needs_tensors, _metric_returns_nan,
+    _calibrator_rows_not_summing_to_one, _dataset_nan_inputs, _dataset_inf_in_files_dry_run,
+]
+
+
+@pytest.mark.parametrize("build", CONTRACT_CASES,
+                         ids=[c.__name__.lstrip("_") for c in CONTRACT_CASES])
+def test_user_code_breaking_its_contract_fails_cleanly(build, tmp_path, monkeypatch):
+    import sys
+
+    (tmp_path / "contractpkg").mkdir()
+    (tmp_path / "contractpkg" / "__init__.py").write_text("")
+    (tmp_path / "contractpkg" / "parts.py").write_text(_CONTRACT_PKG)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))  # what the CLI adds (the cwd); undone after
+    args, needles = build(tmp_path)
+    db, storage = tmp_path / "mlruns.db", tmp_path / "ray"
+    try:
+        result = CliRunner().invoke(main, [*args, "--tracking-uri", f"sqlite:///{db}",
+                                           "--storage-path", str(storage)])
+    finally:
+        for name in [m for m in sys.modules if m.startswith("contractpkg")]:
+            del sys.modules[name]
+    _assert_clean_failure(result, needles)
+    assert not db.exists(), "a tracking store was created"
+    assert not storage.exists(), "a Tune storage folder was left behind"
+    assert {p.name for p in tmp_path.iterdir()} <= {"contractpkg", "space.yaml"}
+
+
+# -- bad inputs of issue 39 (item 8): YAML that expands, names, options that can never take
+# effect, stores that cannot be written, symlink loops; each refused in one line before anything
+# is written (no tracking store, no Tune storage folder), the sweep's name still free
+
+def _space_yaml_aliases(tmp):
+    bad = _write(tmp / "laughs.yaml", "method: ce\nmodel:\n  name: mlp\n  a: &a [lol, lol]\n"
+                 "  b: &b [*a, *a, *a, *a]\n  c: [*b, *b, *b, *b]\n")
+    return ["sweep", str(bad)], ["laughs.yaml: line 5", "YAML aliases (*a) are not allowed"]
+
+
+def _recipe_yaml_aliases(tmp):
+    recipe = _write(tmp / "r.yaml", "description: &d quick\nsource: *d\ntrain:\n  epochs: 2\n")
+    return ["sweep", "ce", "--recipe", str(recipe)], ["r.yaml: line 2", "YAML aliases (*d)"]
+
+
+def _train_key_at_fault(tmp):
+    bad = _write(tmp / "lr.yaml", "method: ce\ntrain:\n  epochs: 3\n  lr: -1.0\n")
+    return ["sweep", str(bad), "--dry-run"], ["lr.yaml: train.lr: `lr` must be > 0, got -1.0"]
+
+
+def _name_escapes_storage(tmp):
+    return ["sweep", "ce", "--name", "../escape"], ["sweep name '../escape' holds '/'"]
+
+
+def _name_is_a_path(tmp):
+    return ["sweep", "ce", "--name", "runs/today"], ["sweep name 'runs/today' holds '/'"]
+
+
+def _name_too_long(tmp):
+    return ["sweep", "ce", "--name", "n" * 300], ["(300 characters) is longer than 100"]
+
+
+def _name_hidden_dry_run(tmp):
+    return ["sweep", "ce", "--name", ".hidden", "--dry-run"], ["'.hidden' starts with '.'"]
+
+
+def _experiment_empty(tmp):
+    return ["sweep", "ce", "--experiment", ""], ["--experiment must name an MLflow experiment"]
+
+
+def _scheduler_metric_not_reported(tmp):
+    return (["sweep", "ce", "--scheduler", "asha", "--scheduler-metric", "val_ece_ts"],
+            ["--scheduler-metric val_ece_ts: the trials report no metric val_ece_ts every "
+             "epoch"])
+
+
+def _scheduler_metric_without_scheduler(tmp):
+    return (["sweep", "ce", "--scheduler-metric", "val_ece", "--dry-run"],
+            ["--scheduler-metric val_ece has no effect without --scheduler asha"])
+
+
+def _shift_samples_without_shift(tmp):
+    return (["sweep", "ce", "--shift-samples", "100"],
+            ["--shift-samples has no effect without --shift-eval or --shift-data"])
+
+
+def _worker_size_without_ddp(tmp):
+    return (["sweep", "ce", "--cpus-per-worker", "2"],
+            ["--cpus-per-worker and --gpus-per-worker size DDP workers"])
+
+
+def _checkpoint_every_beyond_epochs(tmp):
+    return (["sweep", "ce", "--epochs", "3", "--checkpoint-every", "5"],
+            ["--checkpoint-every 5 has no effect with --epochs 3"])
+
+
+def _unwritable_folder(tmp) -> Path:
+    import os
+
+    if os.geteuid() == 0:  # root writes through permissions; nobody writes into /proc/<pid>
+        return Path(f"/proc/{os.getpid()}")
+    folder = tmp / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    return folder
+
+
+def _storage_unwritable(tmp):
+    folder = _unwritable_folder(tmp)
+    return (["sweep", "ce", "--name", "keep", "--storage-path", str(folder)],
+            [f"storage path {folder} cannot be written"])
+
+
+def _imagefolder_loop(tmp):
+    root = tmp / "images"
+    write_image_tree(root, classes=("ant", "cat"), per_class=2)
+    (root / "cat" / "again").symlink_to(root)
+    return (["sweep", "ce", "--dataset", "imagefolder", "--data-dir", str(root)],
+            [f"the link {root / 'cat' / 'again'} leads to {root}", "(a symlink loop)"])
+
+
+def _imagefolder_loop_dry_run(tmp):
+    root = tmp / "images"
+    write_image_tree(root / "train", classes=("ant", "cat"), per_class=2)
+    write_image_tree(root / "val", classes=("ant", "cat"), per_class=1)
+    (root / "val" / "ant" / "self").symlink_to(".")
+    return (["sweep", "ce", "--dataset", "imagefolder", "--data-dir", str(root), "--dry-run"],
+            [f"the link {root / 'val' / 'ant' / 'self'} leads to", "(a symlink loop)"])
+
+
+GUARD_CASES = [
+    _space_yaml_aliases, _recipe_yaml_aliases, _train_key_at_fault, _name_escapes_storage,
+    _name_is_a_path, _name_too_long, _name_hidden_dry_run, _experiment_empty,
+    _scheduler_metric_not_reported, _scheduler_metric_without_scheduler,
+    _shift_samples_without_shift, _worker_size_without_ddp, _checkpoint_every_beyond_epochs,
+    _storage_unwritable, _imagefolder_loop, _imagefolder_loop_dry_run,
+]
+
+
+@pytest.mark.parametrize("build", GUARD_CASES, ids=[c.__name__.lstrip("_") for c in GUARD_CASES])
+def test_bad_input_refused_before_anything_is_written(build, tmp_path):
+    args, needles = build(tmp_path)
+    db, storage = tmp_path / "mlruns.db", tmp_path / "ray"
+    args += ["--tracking-uri", f"sqlite:///{db}"]
+    if "--storage-path" not in args:
+        args += ["--storage-path", str(storage)]
+    result = CliRunner().invoke(main, args)
+    _assert_clean_failure(result, needles)
+    assert not db.exists(), "a tracking store was created"
+    assert not storage.exists(), "a Tune storage folder was left behind"
+    assert not any(p.name.startswith(".raysearch-probe") for p in tmp_path.rglob("*"))
+
+
+@pytest.mark.parametrize(("lock", "command"), [("EXCLUSIVE", ["sweep", "ce"]),
+                                           ("IMMEDIATE", ["sweep", "ce"]),
+                                           ("EXCLUSIVE", ["report", "s1"])])
+def test_a_tracking_store_locked_by_another_process(lock, command, tmp_path):
+    """Another process holds the SQLite store: one line after 5 s (MLflow's own wait).
+
+    ``EXCLUSIVE`` lets nobody read; ``IMMEDIATE`` lets readers in but no writer, which a sweep
+    needs (its name is free, its parent run could not be created).
+    """
+    from clusters import stop_process
+    from test_input_guards import hold_lock
+
+    db, storage = tmp_path / "mlruns.db", tmp_path / "ray"
+    args = [*command, "--tracking-uri", f"sqlite:///{db}"]
+    if command[0] == "sweep":
+        args += ["--storage-path", str(storage)]
+    holder = hold_lock(db, lock)
+    try:
+        result = CliRunner().invoke(main, args)
+    finally:
+        stop_process(holder)
+    _assert_clean_failure(result, [f"tracking store {db} is locked by another process"])
+    assert _runs_in(db) == 0, "an MLflow run was left behind"
+    assert not storage.exists(), "a Tune storage folder was left behind"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("options", "needle"), [
+    (["--cpus-per-trial", "64"], "--cpus-per-trial 64 needs 64 CPUs per trial but this "
+                                 "machine has "),
+    (["--workers-per-trial", "2", "--cpus-per-worker", "32"],
+     "--workers-per-trial 2 --cpus-per-worker 32 needs 64 CPUs per trial but this machine has "),
+    (["--gpus-per-trial", "1"], "--gpus-per-trial 1 needs 1 GPU per trial but this machine "
+                                "has 0; leave the GPU options out to train on the CPU"),
+])
+def test_resources_no_trial_can_get(ray_session, options, needle, tmp_path):
+    """Resources Ray can never grant: one line once Ray is up, no parent run, no storage."""
+    have = ray_session.cluster_resources()
+    if "--gpus-per-trial" in options and have.get("GPU", 0):
+        pytest.skip("this machine has a GPU")
+    if have.get("CPU", 0) >= 64:
+        pytest.skip("this machine has 64 CPUs")
+    db, storage = tmp_path / "mlruns.db", tmp_path / "ray"
+    result = CliRunner().invoke(main, ["sweep", "ce", *options, "--tracking-uri",
+                                       f"sqlite:///{db}", "--storage-path", str(storage)])
+    _assert_clean_failure(result, [needle])
+    assert _runs_in(db) == 0, "an MLflow run was left behind"
+    assert not storage.exists(), "a Tune storage folder was left behind"
+
+
+@pytest.mark.integration
+def test_an_unwritable_storage_leaves_the_name_free(ray_session, tmp_path):
+    """A storage that cannot be written burns nothing: the same name sweeps once it is fixed."""
+    db, storage = tmp_path / "mlruns.db", tmp_path / "ray"
+    common = ["sweep", "ce", "--name", "keep", "-n", "1", "--epochs", "1", "--posthoc", "none",
+              "--tracking-uri", f"sqlite:///{db}"]
+    folder = _unwritable_folder(tmp_path)
+    result = CliRunner().invoke(main, [*common, "--storage-path", str(folder)])
+    _assert_clean_failure(result, [f"storage path {folder} cannot be written"])
+    assert not db.exists()
+    result = CliRunner().invoke(main, [*common, "--storage-path", str(storage)])
+    assert result.exit_code == 0, result.output
+    assert _runs_in(db) == 2  # the parent run and its trial
+    assert (storage / "keep").is_dir()

@@ -362,7 +362,7 @@ def test_an_mlflow_outage_across_the_sweeps_end_is_repaired_by_sync(one_node, tm
 
         _poll(uri, proc, training)
         stop_process(server, kill=True)  # down until after the sweep ended
-        assert proc.wait(timeout=400) == 2, (tmp_path / "first.log").read_text()[-3000:]
+        assert proc.wait(timeout=400) == 5, (tmp_path / "first.log").read_text()[-3000:]
         out = (tmp_path / "first.log").read_text()
         assert "`raysearch sync outage` writes them to MLflow once it answers" in out, out
         assert "Traceback" not in out

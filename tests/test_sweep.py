@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -93,9 +94,15 @@ def test_an_existing_experiment_gets_the_model_training_kind(sqlite_uri):
 
 
 def test_progress_line_per_trial(acls_sweep):
+    """One line per trial, named by its run's number; the searched values and only those."""
     lines = [ln for ln in acls_sweep["output"].splitlines() if ln.startswith("[")]
     assert len(lines) == N_TRIALS
-    assert lines[-1].startswith(f"[{N_TRIALS}/{N_TRIALS}] acls")
+    assert re.match(rf"\[trial \d{{3}}, {N_TRIALS} of {N_TRIALS} done\] acls ", lines[-1]), lines
+    numbers = sorted(re.match(r"\[trial (\d{3}),", ln).group(1) for ln in lines)
+    assert numbers == [f"{i:03d}" for i in range(N_TRIALS)]
+    for name in ("margin=", "lambda1=", "lambda2=", "optimizer.lr="):
+        assert name in lines[-1], lines[-1]
+    assert "variant" not in lines[-1]
 
 
 def test_child_metrics_per_epoch_and_test_metrics(acls_sweep):
@@ -266,7 +273,9 @@ def test_diverging_trial_is_failed_and_sweep_goes_on(ray_session, tmp_path, sqli
     result = _cli("sweep", str(space), "--num-samples", "4", "--sampler", "random",
                   "--seed", "2", "--tracking-uri", sqlite_uri, "--name", "unstable",
                   "--storage-path", str(tmp_path / "ray"))
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # ran, selected, but a trial failed
+    assert re.match(r"sweep unstable: 3 of 4 trials completed, 1 failed; most common error "
+                    r"\(1 of 1\): .*training loss is", result.output.rstrip().splitlines()[-1])
     client = MlflowClient(sqlite_uri)
     runs = client.search_runs([client.get_experiment_by_name("raysearch").experiment_id])
     _, children = _parent_and_children(runs)

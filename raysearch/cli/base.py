@@ -1,7 +1,10 @@
 """The ``raysearch`` command group and what every command shares: one-line errors, output.
 
 Bad input (ValueError, FileNotFoundError) becomes one line on stderr and exit code 2
-(:data:`EXIT_BAD_INPUT`), without a traceback (:func:`friendly_errors`).
+(:data:`EXIT_BAD_INPUT`), without a traceback (:func:`friendly_errors`). The exit codes of
+``raysearch sweep``: 0 every trial completed, :data:`EXIT_SOME_FAILED` (3),
+:data:`EXIT_NONE_COMPLETED` (4), :data:`EXIT_BAD_INPUT` (2), :data:`EXIT_TRACKING_AWAY` (5),
+:data:`EXIT_INTERRUPTED` (130).
 """
 
 from __future__ import annotations
@@ -15,10 +18,19 @@ from typing import Any
 
 import click
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_INTERRUPTED", "echo", "friendly_errors", "main", "one_line"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_INTERRUPTED", "EXIT_NONE_COMPLETED", "EXIT_SOME_FAILED",
+           "EXIT_TRACKING_AWAY", "echo", "friendly_errors", "main", "one_line"]
 
 #: Exit status of bad input (a one-line error).
 EXIT_BAD_INPUT = 2
+#: Exit status of a sweep that ran and selected among its completed trials, but in which some
+#: trials failed (raised after their retries, or diverged).
+EXIT_SOME_FAILED = 3
+#: Exit status of a sweep that ran but in which no trial completed (nothing selected).
+EXIT_NONE_COMPLETED = 4
+#: Exit status of a sweep whose trials ended while its tracking store did not answer: its
+#: records wait in Tune's storage for ``raysearch sync NAME``.
+EXIT_TRACKING_AWAY = 5
 #: Exit status of a sweep stopped by Ctrl-C (128 + SIGINT, as shells report it).
 EXIT_INTERRUPTED = 130
 

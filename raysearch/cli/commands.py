@@ -10,13 +10,25 @@ becomes one line on stderr and exit code 2, without a traceback (:mod:`raysearch
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 
-from raysearch.cli.base import EXIT_INTERRUPTED, echo, friendly_errors, main, one_line
+from raysearch.cli.base import (
+    EXIT_INTERRUPTED,
+    EXIT_NONE_COMPLETED,
+    EXIT_SOME_FAILED,
+    EXIT_TRACKING_AWAY,
+    echo,
+    friendly_errors,
+    main,
+    one_line,
+)
 from raysearch.cli.catalog import list_command, recipes, spaces
 from raysearch.cli.options import (
     SWEEP_DATA_OPTIONS,
@@ -53,7 +65,18 @@ def sweep(ctx: click.Context, space: str | None, resume: str | None, dry_run: bo
     """Run a sweep over SPACE (a bundled space name such as 'acls', or a YAML file).
 
     `raysearch sweep --resume NAME` continues a sweep whose driver was killed.
-    """
+
+    \b
+    Exit codes:
+      0    every trial completed
+      2    bad input: one line on stderr, nothing written, Ray not started
+      3    some trials failed (the last line counts them and names the most
+           common error); the completed ones are selected, plotted, exportable
+      4    no trial completed: nothing selected (the same last line)
+      5    the trials ended while the tracking store did not answer: one line naming
+           `raysearch sync NAME`, which writes the records once it answers
+      130  stopped by Ctrl-C: `raysearch sweep --resume NAME` continues the sweep
+    """  # noqa: D301 (\b: click keeps the list's lines as they are)
     from raysearch.tune.spaces import load_space
 
     if not dry_run:
@@ -67,6 +90,10 @@ def sweep(ctx: click.Context, space: str | None, resume: str | None, dry_run: bo
         raise ValueError("give a SPACE to sweep (e.g. `raysearch sweep acls`; `raysearch "
                          "spaces list` shows them) or --resume NAME")
     settings = sweep_settings(options)
+    if settings.name is not None:  # a new sweep's name: one folder under the storage path
+        from raysearch.tune.storage import check_sweep_name
+
+        check_sweep_name(settings.name)
     loaded = load_space(space)
     if dry_run:
         import yaml
@@ -78,8 +105,24 @@ def sweep(ctx: click.Context, space: str | None, resume: str | None, dry_run: bo
         return
     from raysearch.tune.engine import run_sweep  # Ray, Tune and MLflow: seconds to import
 
-    result = run_sweep(loaded, settings, progress=echo)
+    with _sweep_exits():
+        result = run_sweep(loaded, settings, progress=echo)
     _print_result(result)
+
+
+@contextlib.contextmanager
+def _sweep_exits() -> Iterator[None]:
+    """A sweep's ends that are not bad input: the store away at the end (5), Ctrl-C (130)."""
+    from raysearch.tune.engine import TrackingUnavailableError
+
+    try:
+        yield
+    except TrackingUnavailableError as exc:  # a ValueError, but not bad input: not exit 2
+        click.echo(f"error: {one_line(exc)}", err=True)
+        sys.exit(EXIT_TRACKING_AWAY)
+    except KeyboardInterrupt:  # before Tune runs, or a second Ctrl-C while it stops
+        click.echo("interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
 
 
 def _resume(ctx: click.Context, space: str | None, resume: str, options: dict[str, Any]) -> None:
@@ -96,10 +139,28 @@ def _resume(ctx: click.Context, space: str | None, resume: str, options: dict[st
     if given:
         raise ValueError(f"--resume {resume} continues the sweep with its own settings: "
                          f"drop {', '.join(given)}")
-    result = resume_sweep(resume, tracking_uri=options["tracking_uri"],
-                          experiment=options["experiment"], address=options["address"],
-                          storage_path=options["storage_path"], progress=echo)
+    with _sweep_exits():
+        result = resume_sweep(resume, tracking_uri=options["tracking_uri"],
+                              experiment=options["experiment"], address=options["address"],
+                              storage_path=options["storage_path"], progress=echo)
     _print_result(result)
+
+
+def sweep_exit_code(result: Any) -> int:
+    """The exit code of a sweep that ended (see ``raysearch sweep --help``).
+
+    Args:
+        result: its :class:`~raysearch.tune.engine.SweepResult`.
+
+    Returns:
+        130 when it was interrupted, else 4 when no trial (configuration) completed, else 3
+        when a trial failed, else 0.
+    """
+    if result.interrupted:
+        return EXIT_INTERRUPTED
+    if not result.completed:
+        return EXIT_NONE_COMPLETED
+    return EXIT_SOME_FAILED if result.failed else 0
 
 
 def _print_result(result: Any) -> None:
@@ -107,8 +168,9 @@ def _print_result(result: Any) -> None:
 
     for line in sweep_result_lines(result):
         click.echo(line)
-    if result.interrupted:
-        sys.exit(EXIT_INTERRUPTED)
+    code = sweep_exit_code(result)
+    if code:
+        sys.exit(code)
 
 
 @main.command()
@@ -142,6 +204,10 @@ def train(config: str, epochs: int | None, name: str | None, data_dir: str | Non
     if data_dir is not None:
         cfg.data.dir = str(Path(data_dir).expanduser().resolve())
     doc = yaml.safe_load(Path(config).read_text())
+    exported = (doc.get("metric_functions") or []) if isinstance(doc, dict) else []
+    from raysearch.training.registries import check_config_names
+
+    check_config_names(cfg, exported)  # a name that does not import: its error, before any note
     check_export_versions(doc, echo)
     tags = {"raysearch.source_config": str(Path(config).resolve())}
     if isinstance(doc, dict) and doc.get("sweep"):
@@ -152,8 +218,7 @@ def train(config: str, epochs: int | None, name: str | None, data_dir: str | Non
                f"{cfg.epochs} epochs, seed {cfg.seed}")
     run_id, metrics = train_and_log(
         cfg, tracking_uri=tracking_uri, experiment=experiment, run_name=name, tags=tags,
-        progress=echo, device=device, precision=precision,
-        metrics=(doc.get("metric_functions") or []) if isinstance(doc, dict) else [])
+        progress=echo, device=device, precision=precision, metrics=exported)
     click.echo(metrics_line(metrics))
     click.echo(f"MLflow run {run_id}")
 
@@ -278,30 +343,38 @@ def export(name: str, output: str | None, tolerance: float | None, register: str
     """Write the selected trial's config of sweep NAME (reusable by `raysearch train`).
 
     With --register MODEL_NAME (or --with-weights -o DIR) the trial becomes an MLflow pyfunc
-    model: mlflow.pyfunc.load_model("models:/MODEL_NAME/1").predict(x) maps float32 inputs
-    (N, *input_shape) to calibrated probabilities (N, K).
+    model: mlflow.pyfunc.load_model("models:/MODEL_NAME/1").predict(x) maps inputs
+    (N, *input_shape) (float32; float64 and integers are cast) to calibrated probabilities
+    (N, K). Where the validation split is perfectly classified the calibrator cannot be fitted
+    and the model is exported without it (one warning line). A sweep of objects defined in a
+    script or notebook is exported from it: raysearch.export(NAME, register=..., model=...).
     """
     from raysearch.api import export as export_sweep
-    from raysearch.tracking.reports import export_line
+    from raysearch.tracking.reports import export_line, searched_of
 
     if with_weights and output is None:
         raise ValueError("--with-weights writes a model folder: give it with -o DIR")
     model = register is not None or with_weights
     path = output if with_weights or not model else None
-    doc = export_sweep(name, path if model else (output or "best.yaml"),
-                       tracking_uri=tracking_uri, experiment=experiment, tolerance=tolerance,
-                       register=register, with_weights=with_weights, calibrator=calibrator,
-                       storage_path=storage_path)
+    with warnings.catch_warnings():  # a calibrator left out: the warning line below says so
+        warnings.filterwarnings("ignore", "validation split is perfectly", UserWarning)
+        doc = export_sweep(name, path if model else (output or "best.yaml"),
+                           tracking_uri=tracking_uri, experiment=experiment, tolerance=tolerance,
+                           register=register, with_weights=with_weights, calibrator=calibrator,
+                           storage_path=storage_path)
+    searched = searched_of(name, tracking_uri=tracking_uri, experiment=experiment)
     if not model:
-        click.echo(f"wrote {output or 'best.yaml'}: {export_line(doc)}")
+        click.echo(f"wrote {output or 'best.yaml'}: {export_line(doc, searched)}")
         click.echo(f"train it again: raysearch train {output or 'best.yaml'}")
         return
     info = doc["model"]
     shape = ", ".join(str(d) for d in info["input_shape"])
-    click.echo(f"model of {export_line(doc)}")
+    click.echo(f"model of {export_line(doc, searched)}")
     click.echo(f"  weights from the trial's {info['weights_from']}, calibrator "
                f"{info['calibrator']}: predict(float32 (N, {shape})) -> probabilities "
                f"(N, {info['num_classes']})")
+    for line in ([f"warning: {info['warning']}"] if info.get("warning") else []) + info["notes"]:
+        click.echo(line, err=True)
     if with_weights:
         click.echo(f"  saved to {output}: mlflow.pyfunc.load_model('{output}')")
     if register is not None:

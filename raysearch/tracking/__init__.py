@@ -18,6 +18,8 @@ imports this package, which offers their public names):
 - :mod:`raysearch.tracking.reconcile`: a trial's child run reconciled with Ray Tune's records
   of it (what ``raysearch sync`` writes);
 - :mod:`raysearch.tracking.trial_text`: how a trial is shown (params, config, short names);
+- :mod:`raysearch.tracking.searched`: the values a sweep searched, for its summaries;
+- :mod:`raysearch.tracking.progress`: a trial's number and progress line;
 - :mod:`raysearch.tracking.callback`: :class:`MlflowSweepCallback`, the sweep's record;
 - :mod:`raysearch.tracking.own_sweep`: :class:`SweepCallback`, the same for a trainable of
   the user's own;

@@ -32,11 +32,13 @@ from raysearch.tracking.client import (
     log_params,
     log_reliability,
 )
-from raysearch.tracking.export import warm_end_imports
+from raysearch.tracking.export import degenerate_line, warm_end_imports
+from raysearch.tracking.progress import number_of, trial_line
 from raysearch.tracking.runs import (
     COMPLETE_TAG,
     CONFIG_TAG,
     CONFIGURATION_TAG,
+    DEGENERATE_TAG,
     ERROR_TAG,
     NODE_KEY,
     NODE_TAG,
@@ -51,6 +53,7 @@ from raysearch.tracking.runs import (
     SWEEP_TAG,
     TRIAL_TAG,
 )
+from raysearch.tracking.searched import searched_values
 from raysearch.tracking.sweeps import summarize_configuration, sweep_runs
 from raysearch.tracking.trial_text import describe, short_name, short_value, trial_error
 from raysearch.training.records import (
@@ -58,6 +61,7 @@ from raysearch.training.records import (
     CHECKPOINT_SKIPPED,
     COMPLETED,
     CONFIG_ID_KEY,
+    DEGENERATE_CALIBRATORS,
     DIVERGED,
     EPOCH_HISTORY,
     RELIABILITY,
@@ -67,6 +71,11 @@ from raysearch.training.records import (
 )
 
 logger = logging.getLogger("raysearch.tracking")
+
+#: Parent run id -> {trial id, or an adopted run's id: the trial's number in its run's name}
+#: (``001``; ``002 seed 1`` for a seed run), which numbers its progress line. Shared by every
+#: copy of a sweep's callback in this process, as its book is.
+_NUMBERS: dict[str, dict[str, str]] = {}
 
 
 def _last_step(client: MlflowClient, run_id: str) -> int:
@@ -170,6 +179,11 @@ class MlflowSweepCallback(tune.Callback):
         return self.book.children
 
     @property
+    def numbers(self) -> dict[str, str]:
+        """Trial id (or adopted run id) -> the trial's number, as its run's name has it."""
+        return _NUMBERS.setdefault(self.parent_run_id, {})
+
+    @property
     def finished(self) -> int:
         """Trials that ended so far (including those recorded before a resume)."""
         return self.book.finished
@@ -181,6 +195,7 @@ class MlflowSweepCallback(tune.Callback):
         """Wait until every queued MLflow write is done, then stop the writer thread."""
         with _BOOKS_LOCK:
             book = _BOOKS.pop(self.parent_run_id, None)
+            _NUMBERS.pop(self.parent_run_id, None)
         if book is not None:
             book.close()
 
@@ -204,6 +219,8 @@ class MlflowSweepCallback(tune.Callback):
             book.count += 1
             book.children[tid] = run.info.run_id
             book.configs[tid] = run.data.tags.get(CONFIG_TAG, "")
+            self.numbers[tid] = self.numbers[run.info.run_id] = number_of(
+                run.info.run_name or "", self.sweep_name)
             if run.data.tags.get(CONFIGURATION_TAG):
                 book.trial_gid[tid] = run.data.tags[CONFIGURATION_TAG]
             book.started[tid] = now
@@ -263,6 +280,7 @@ class MlflowSweepCallback(tune.Callback):
         if orphan is not None:
             del book.orphans[orphan]
             book.children[tid] = orphan
+            self.numbers[tid] = self.numbers.get(orphan, "?")
             book.steps[tid] = _last_step(self.client, orphan)
             config_run = book.orphan_parents.pop(orphan, "")
             if gid is not None and gid not in book.config_runs and config_run \
@@ -289,6 +307,7 @@ class MlflowSweepCallback(tune.Callback):
             return
         index = book.count
         book.count += 1
+        self.numbers[tid] = f"{index:03d}"
 
         def create() -> None:
             run = self.client.create_run(
@@ -328,6 +347,7 @@ class MlflowSweepCallback(tune.Callback):
         number = book.config_index[gid]
         book.count += 1
         book.trial_gid[tid] = gid
+        self.numbers[tid] = f"{number:03d} seed {seed_index}"
 
         def create() -> None:
             run = self.client.create_run(
@@ -368,11 +388,11 @@ class MlflowSweepCallback(tune.Callback):
             cfg = self.configs.resolve(config)
         except ValueError:
             return "?"
-        shown = {**cfg.loss.params, "lr": cfg.optimizer.lr}
-        # the factories' arguments the space searches (model.hidden, optimizer.weight_decay)
-        shown.update({k: v for k, v in config.items() if "." in k
-                      and k.split(".", 1)[0] in ("model", "data", "optimizer")
-                      and k not in ("optimizer.lr",)})
+        space = getattr(self.configs, "space", self.configs)
+        if hasattr(space, "searched"):  # the values the space searches, and only those
+            shown = searched_values(cfg.to_dict(), space.searched())
+        else:
+            shown = {**cfg.loss.params, "lr": cfg.optimizer.lr}
         hp = " ".join(f"{k}={short_value(v)}" for k, v in shown.items() if k != "variant")
         head = f"{short_name(cfg.loss.name):<6s} {hp}"
         if self.repeats > 1 and SEED_INDEX_KEY in config:
@@ -430,6 +450,8 @@ class MlflowSweepCallback(tune.Callback):
             tags[tag] = str(value)
         if isinstance(result.get(CHECKPOINT_SKIPPED), str):
             tags[SKIPPED_TAG] = result[CHECKPOINT_SKIPPED]
+        if isinstance(result.get(DEGENERATE_CALIBRATORS), str):
+            tags[DEGENERATE_TAG] = result[DEGENERATE_CALIBRATORS]
         return tags
 
     def _epoch_line(self, trial: Any, epoch: int, metrics: dict[str, float]) -> None:
@@ -509,6 +531,8 @@ class MlflowSweepCallback(tune.Callback):
 
         self._submit(finish, tid)
         self._report(trial, result, "done" if complete else "stopped early")
+        if isinstance(result.get(DEGENERATE_CALIBRATORS), str):  # one line (tag: _tag_changes)
+            (self.progress or logger.warning)(degenerate_line(tid, result[DEGENERATE_CALIBRATORS]))
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any,  # noqa: D102
                        **info: Any) -> None:
@@ -558,25 +582,13 @@ class MlflowSweepCallback(tune.Callback):
         if self.progress is None:
             return
         elapsed = time.monotonic() - book.started.get(trial.trial_id, time.monotonic())
-        head = self.headline(trial.config)
-        total = f"/{self.total}" if self.total else ""
-        scores = ""
-        if "val_miou" in result and "val_ece" in result:  # segmentation
-            scores = (f" val mIoU {100 * result['val_miou']:.2f}%"
-                      f" pixel ECE {100 * result['val_ece']:.2f}%")
-        elif "val_accuracy" in result and "val_ece" in result:
-            scores = (f" val acc {100 * result['val_accuracy']:.2f}%"
-                      f" ECE {100 * result['val_ece']:.2f}%")
-        done = result.get(COMPLETED, not self.requires_completed)
-        if "test_miou" in result and done:
-            scores += (f" | test mIoU {100 * result['test_miou']:.2f}%"
-                       f" pixel ECE {100 * result['test_ece']:.2f}%")
-        elif "test_accuracy" in result and done:
-            scores += (f" | test acc {100 * result['test_accuracy']:.2f}%"
-                       f" ECE {100 * result['test_ece']:.2f}%")
         retries = book.retries.get(trial.trial_id, 0)
         if retries:
             outcome += f", after {retries} {'retry' if retries == 1 else 'retries'}"
-        self.progress(f"[{book.finished}{total}] {head}{scores} ({elapsed:.1f}s, {outcome})")
+        self.progress(trial_line(
+            self.numbers.get(trial.trial_id, "?"), book.finished, self.total,
+            self.headline(trial.config), result,
+            bool(result.get(COMPLETED, not self.requires_completed)),
+            f"{elapsed:.1f}s, {outcome}"))
 
 

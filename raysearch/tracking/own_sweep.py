@@ -21,7 +21,17 @@ from raysearch.tracking.export import finalize_sweep
 from raysearch.tracking.runs import DEFAULT_EXPERIMENT, SWEEP_TAG
 from raysearch.tracking.trial_text import short_name, short_value
 
-__all__ = ["SweepCallback"]
+__all__ = ["SweepCallback", "print_line"]
+
+
+def print_line(line: str) -> None:  # noqa: T201 (the callback's default progress output)
+    """Print one progress line.
+
+    A module's function, not the builtin ``print``: Tune pickles the callback with its
+    experiment, and Ray swaps ``builtins.print`` in a process where it runs, so the builtin
+    does not pickle there.
+    """
+    print(line)  # noqa: T201
 
 
 class SweepCallback(MlflowSweepCallback):
@@ -48,7 +58,8 @@ class SweepCallback(MlflowSweepCallback):
         accuracy: the validation metric of the accuracy axis (maximised).
         ece: the validation metric of the calibration axis (minimised).
         tolerance: accuracy tolerance of the rule (absolute fraction).
-        progress: called with one line per finished trial (default: :func:`print`).
+        progress: called with one line per finished trial (default: :func:`print_line`, which
+            prints it).
 
     Attributes:
         parent_run_id: the sweep's parent run.
@@ -66,7 +77,7 @@ class SweepCallback(MlflowSweepCallback):
                  experiment: str = DEFAULT_EXPERIMENT, tracking_uri: str | None = None,
                  accuracy: str = "val_accuracy", ece: str = "val_ece",
                  tolerance: float = 0.01,
-                 progress: Callable[[str], None] | None = print) -> None:
+                 progress: Callable[[str], None] | None = print_line) -> None:
         client, uri = get_client(tracking_uri)
         experiment_id = ensure_experiment(client, experiment, uri)
         name = name or f"{space.name if space is not None else 'sweep'}-" \

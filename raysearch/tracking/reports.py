@@ -15,14 +15,17 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SweepLinks", "compare_lines", "describe_trial", "export_line", "mean_sem",
-           "metrics_line", "pareto_table", "percent", "quiet_mlflow", "report_lines",
-           "sweep_links", "sweep_result_lines", "ece_interval_line"]
+from raysearch.tracking.searched import SEARCHED_TAG, searched_values, shown_value
+
+__all__ = ["SweepLinks", "compare_lines", "describe_trial", "export_line", "failure_line",
+           "mean_sem", "metrics_line", "pareto_table", "percent", "quiet_mlflow", "report_lines",
+           "searched_of", "sweep_links", "sweep_result_lines", "ece_interval_line"]
 
 
 def quiet_mlflow() -> None:
@@ -59,12 +62,20 @@ def mean_sem(mean: Any, sem: Any) -> str:
     return text if s != s else f"{text} ± {100 * s:.2f}"
 
 
-def _hp_text(row: Any) -> str:
-    """A trial's searched values (loss params, lr, numeric model params) as ``k=v k=v``."""
+def _hp_text(row: Any, searched: Iterable[str] | None = None) -> str:
+    """A trial's searched values as ``k=v k=v``.
+
+    See :func:`~raysearch.tracking.searched.searched_values`. Without `searched` (a sweep
+    recorded before the parent run's tag ``raysearch.searched``, or one of a trainable of the
+    user's own): the loss's parameters, ``lr`` and the model's scalar parameters.
+    """
     try:
         cfg = json.loads(row.get("config", "{}"))
     except (TypeError, ValueError):
         cfg = {}
+    if searched is not None:
+        values = searched_values(cfg, searched)
+        return " ".join(f"{k}={shown_value(v)}" for k, v in values.items())
     from raysearch.tracking.sweeps import stored_sections
 
     cfg = stored_sections(cfg)
@@ -76,12 +87,12 @@ def _hp_text(row: Any) -> str:
     params.pop("variant", None)
     if lr is not None:
         params["lr"] = lr
-    return " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                    for k, v in params.items())
+    return " ".join(f"{k}={shown_value(v)}" for k, v in params.items())
 
 
 def pareto_table(frame: Any, show_all: bool = False, suffix: str = "",
-                 metric: str = "ece", accuracy: str | None = None) -> str:
+                 metric: str = "ece", accuracy: str | None = None,
+                 searched: Iterable[str] | None = None) -> str:
     """The trials of a sweep as a text table, best validation accuracy first.
 
     Args:
@@ -93,6 +104,9 @@ def pareto_table(frame: Any, show_all: bool = False, suffix: str = "",
         suffix: ``_<calibrator>`` to show the ECE after that post-hoc calibrator.
         metric: the calibration error shown (``ece``, ``ece_100``, ...).
         accuracy: ``accuracy`` or ``miou`` (default: ``miou`` when the trials log it).
+        searched: the sweep's searched names: the hyperparameters column shows these
+            (:func:`~raysearch.tracking.searched.searched_values`); None: the loss's
+            parameters, ``lr`` and the model's scalar parameters.
 
     Returns:
         A title line and the table (columns in percent points), or a one-line note when there
@@ -122,7 +136,7 @@ def pareto_table(frame: Any, show_all: bool = False, suffix: str = "",
         mark = "selected" if row.get("selected") else ("front" if row.get("on_front") else "")
         if not row.get("complete"):
             mark = row.get("status", "").lower() if row.get("status") != "FINISHED" else "partial"
-        line = [str(row["trial"]), str(row.get("method", "")), _hp_text(row),
+        line = [str(row["trial"]), str(row.get("method", "")), _hp_text(row, searched),
                 *(mean_sem(row.get(c), row.get(c + "_sem")) for c in cols), mark]
         if repeated:
             n = row.get("n_seeds")
@@ -139,8 +153,12 @@ def pareto_table(frame: Any, show_all: bool = False, suffix: str = "",
     return title + "\n" + "\n".join(out)
 
 
-def describe_trial(row: Any) -> str:
-    """One trial (a row of a sweep's trials, or a mapping) on one line: its values and metrics."""
+def describe_trial(row: Any, searched: Iterable[str] | None = None) -> str:
+    """One trial (a row of a sweep's trials, or a mapping) on one line: its values and metrics.
+
+    The values are the method and the sweep's `searched` ones
+    (:func:`~raysearch.tracking.searched.searched_values`).
+    """
     def show(key: str) -> str:
         return mean_sem(row.get(key), row.get(key + "_sem"))
 
@@ -150,10 +168,10 @@ def describe_trial(row: Any) -> str:
         seeds = f" | mean ± SEM over {n} seeds" if n != 1 else " | 1 complete seed"
     miou = row.get("val_miou")
     if miou is not None and miou == miou:  # a segmentation trial
-        return (f"{row['trial']} {row.get('method', '')} {_hp_text(row)} | val mIoU "
+        return (f"{row['trial']} {row.get('method', '')} {_hp_text(row, searched)} | val mIoU "
                 f"{show('val_miou')} pixel ECE {show('val_ece')} | test mIoU "
                 f"{show('test_miou')} pixel ECE {show('test_ece')}{seeds}")
-    return (f"{row['trial']} {row.get('method', '')} {_hp_text(row)} | val acc "
+    return (f"{row['trial']} {row.get('method', '')} {_hp_text(row, searched)} | val acc "
             f"{show('val_accuracy')} ECE {show('val_ece')} | test acc "
             f"{show('test_accuracy')} ECE {show('test_ece')}{seeds}")
 
@@ -173,15 +191,18 @@ def metrics_line(metrics: dict[str, float]) -> str:
 def sweep_result_lines(result: Any) -> list[str]:
     """What a finished (or interrupted) sweep prints: its front, the selection, the links.
 
+    When a trial failed or none completed, the last line is :func:`failure_line`.
+
     Args:
         result: a :class:`~raysearch.tune.engine.SweepResult`.
 
     Returns:
         The lines, the first one empty.
     """
-    lines = ["", pareto_table(result.trials)]
+    searched = getattr(result, "searched", None)
+    lines = ["", pareto_table(result.trials, searched=searched)]
     if result.selected is not None:
-        lines.append(f"\nselected: {describe_trial(result.selected)}")
+        lines.append(f"\nselected: {describe_trial(result.selected, searched)}")
         lines.append(f"next: raysearch report {result.name}   |   "
                      f"raysearch export {result.name} -o best.yaml")
     else:
@@ -190,14 +211,81 @@ def sweep_result_lines(result: Any) -> list[str]:
     if result.interrupted:
         lines.append(f"interrupted: `raysearch sweep --resume {result.name}` continues the "
                      "sweep")
+    failure = failure_line(result)
+    if failure:
+        lines.append(failure)
     return lines
 
 
-def export_line(doc: dict[str, Any]) -> str:
-    """The exported trial of :func:`raysearch.api.export`'s document, described on one line."""
+def failure_line(result: Any) -> str:
+    """One line on a sweep whose trials did not all complete: how many, the most common error.
+
+    ``sweep NAME: 1 of 2 trials completed, 1 failed; most common error (1 of 1): RuntimeError:
+    ...`` (``none of 2 trials completed, 2 failed; ...`` when none did; configurations and seed
+    trials for a sweep with ``repeats`` > 1). Trials stopped early by a scheduler or interrupted
+    are counted apart; they are not failures.
+
+    Args:
+        result: a :class:`~raysearch.tune.engine.SweepResult` (its ``trials``, ``failed``
+            and ``name``).
+
+    Returns:
+        The line, or ``""`` when every trial completed and none failed.
+    """
+    frame, failed = result.trials, list(getattr(result, "failed", None) or [])
+    total = len(frame)
+    if total == 0:
+        return f"sweep {result.name}: no trial ran"
+    done = int(frame["complete"].sum()) if "complete" in frame else 0
+    if done == total and not failed:
+        return ""
+    repeated = "n_seeds" in frame
+    unit = "configurations" if repeated else "trials"
+    parts = [f"{done or 'none'} of {total} {unit} completed"]
+    if failed:
+        parts.append(f"{len(failed)}{' seed trials' if repeated else ''} failed")
+    outcomes = frame["outcome"].value_counts() if "outcome" in frame else {}
+    for outcome, what in (("stopped_early", "stopped early"), ("interrupted", "interrupted")):
+        if outcomes.get(outcome):
+            parts.append(f"{int(outcomes[outcome])} {what}")
+    line = f"sweep {result.name}: " + ", ".join(parts)
+    if failed:
+        error, count = Counter(f.error for f in failed).most_common(1)[0]
+        error = error if len(error) <= 200 else error[:197] + "..."
+        line += f"; most common error ({count} of {len(failed)}): {error}"
+    return line
+
+
+def export_line(doc: dict[str, Any], searched: Iterable[str] | None = None) -> str:
+    """The exported trial of :func:`raysearch.api.export`'s document, described on one line.
+
+    `searched`: the sweep's searched names (:func:`searched_of`), shown with the method.
+    """
     row = {**doc["metrics"], "trial": doc["trial"], "config": json.dumps(doc["config"]),
            "method": (doc["config"].get("loss") or {}).get("name", "")}
-    return describe_trial(row)
+    return describe_trial(row, searched)
+
+
+def _searched_tag(parent: Any) -> list[str] | None:
+    """The searched names a sweep's parent run holds (its tag ``raysearch.searched``)."""
+    try:
+        names = json.loads(parent.data.tags.get(SEARCHED_TAG, "null"))
+    except ValueError:
+        return None
+    return [str(n) for n in names] if isinstance(names, list) else None
+
+
+def searched_of(name: str, *, tracking_uri: str | None = None,
+                experiment: str = "raysearch") -> list[str] | None:
+    """The names sweep `name` searched (its parent's tag ``raysearch.searched``), or None.
+
+    Raises:
+        ValueError: if the sweep is unknown.
+    """
+    from raysearch.tracking import find_sweep, get_client
+
+    client, _ = get_client(tracking_uri)
+    return _searched_tag(find_sweep(client, name, experiment))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,6 +365,7 @@ def report_lines(name: str, *, tracking_uri: str | None = None, experiment: str 
     parent, frame, tol = load_sweep(client, name, experiment, tolerance,
                                     ece_key=f"val_{ece_metric}{suffix}", selection=selection)
     n_complete = int(frame["complete"].sum()) if not frame.empty else 0
+    searched = _searched_tag(parent)
     which = f" after {calibrated}" if calibrated else ""
     repeats = int(parent.data.params.get("repeats", 1))
     acc = parent.data.params.get("accuracy_metric", "accuracy")
@@ -292,7 +381,8 @@ def report_lines(name: str, *, tracking_uri: str | None = None, experiment: str 
         yield (f"sweep {name} (run {parent.info.run_id}, {parent.info.status}): "
                f"{len(frame)} trials, {n_complete} complete; rule: lowest "
                f"val_{ece_metric}{which} within {tol:g} of the best val {acc_name}")
-    yield pareto_table(frame, show_all=show_all, suffix=suffix, metric=ece_metric, accuracy=acc)
+    yield pareto_table(frame, show_all=show_all, suffix=suffix, metric=ece_metric, accuracy=acc,
+                       searched=searched)
     if plot:
         from raysearch.training import plots
         acc_col = f"val_{acc}"
@@ -309,7 +399,7 @@ def report_lines(name: str, *, tracking_uri: str | None = None, experiment: str 
         yield f"wrote {plot}"
     chosen = frame[frame["selected"]] if not frame.empty else frame
     if len(chosen):
-        yield f"\nselected: {describe_trial(chosen.iloc[0])}"
+        yield f"\nselected: {describe_trial(chosen.iloc[0], searched)}"
         ci = ece_interval_line(client, chosen.iloc[0]["run_id"], calibrated)
         if ci:
             yield ci

@@ -9,6 +9,8 @@ the tracking, tune and interface layers import it, never the reverse.
 - :mod:`raysearch.training.models`: the networks (built in, torchvision, pretrained weights);
 - :mod:`raysearch.training.registries`: the name -> builder registries of every kind;
 - :mod:`raysearch.training.optim`: optimisers and learning-rate schedules;
+- :mod:`raysearch.training.contracts`: the checks a user's loss, metric and calibrator pass on
+  two samples before a sweep starts;
 - :mod:`raysearch.training.run`: :func:`~raysearch.training.run.fit`, one training run, in named
   steps, with its parts :mod:`~raysearch.training.passes`, :mod:`~raysearch.training.run_parts`,
   :mod:`~raysearch.training.run_weights`, :mod:`~raysearch.training.divergence`,

@@ -17,7 +17,7 @@ from typing import Any
 
 from raysearch.registry import Entry, Registry, object_label
 
-__all__ = ["KINDS", "describe", "metric_functions", "registry"]
+__all__ = ["KINDS", "check_config_names", "describe", "metric_functions", "registry"]
 
 #: The kinds, in the order ``raysearch list`` offers them.
 KINDS = ("models", "datasets", "losses", "calibrators", "metrics", "optimizers")
@@ -57,12 +57,16 @@ def registry(kind: str) -> Registry:
 
 def metric_functions(specs: Iterable[Any],
                      components: Mapping[str, Mapping[str, Any]] | None = None,
+                     *, num_classes: int | None = None,
                      ) -> dict[str, Callable[..., float]]:
     """``{name: fn}`` of a user's metrics, each ``fn(probs, labels) -> float``.
 
     Args:
         specs: registered names, import strings ``package.module:fn`` or functions.
         components: the Python API's objects by label (``{"metrics": {label: fn}}``).
+        num_classes: the data's K: each function is then called once on a small probability
+            matrix of K classes (:func:`raysearch.training.contracts.check_metric`) to check
+            that it returns a finite float. None (default): not called.
 
     Returns:
         The functions by the name their values are logged under (``val_<name>``): the last
@@ -71,7 +75,9 @@ def metric_functions(specs: Iterable[Any],
     Raises:
         ValueError: (a :class:`~raysearch.registry.RegistryError`) for a name that does not
             resolve, one line for a built-in metric or a function logged under a built-in's
-            name (every trial logs it already), or one line if what it names is not a function.
+            name (every trial logs it already), one line if what it names is not a function,
+            and with `num_classes` one line naming a function that raises or does not return
+            a finite float on the check's inputs.
     """
     from raysearch.config import metric_name
     from raysearch.metrics import BUILTIN_METRICS, METRIC_REGISTRY
@@ -92,8 +98,35 @@ def metric_functions(specs: Iterable[Any],
         if not callable(fn):
             raise ValueError(f"metric {label!r} is a {type(fn).__name__}, expected a function "
                              "fn(probs, labels) -> float")
+        if num_classes is not None:
+            from raysearch.training.contracts import check_metric
+
+            check_metric(fn, f"metric {label!r}", num_classes)
         out[name] = fn
     return out
+
+
+def check_config_names(cfg: Any, metrics: Iterable[Any] = (),
+                       components: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    """Resolve a run config's loss, model, dataset and optimizer and its metrics by name.
+
+    What ``raysearch train`` and :func:`raysearch.train` check first, so that a name that does
+    not import is the one error, before any note about the versions an export was made with.
+
+    Args:
+        cfg: the :class:`~raysearch.config.RunConfig`.
+        metrics: the user's metric functions (names, import strings or callables).
+        components: the Python API's objects by kind and label.
+
+    Raises:
+        ValueError: (a :class:`~raysearch.registry.RegistryError`) one line for a name that is
+            unknown or does not import.
+    """
+    components = components or {}
+    for kind, section in (("losses", cfg.loss), ("models", cfg.model), ("datasets", cfg.data),
+                          ("optimizers", cfg.optimizer)):
+        registry(kind).get(section.name, components=components.get(kind))
+    metric_functions(metrics, components)
 
 
 def describe(kind: str, entry: Entry) -> str:

@@ -11,7 +11,8 @@ Everything Ray Tune and Optuna, a module a job:
   :mod:`~raysearch.tune.engine` (the only place a ``Tuner`` is built:
   :func:`~raysearch.tune.engine.build_tuner`), :mod:`~raysearch.tune.searchers` (Optuna behind
   Ray Tune), :mod:`~raysearch.tune.study` (the sweep's Optuna study),
-  :mod:`~raysearch.tune.sweep_record` (its name and record), :mod:`~raysearch.tune.resume`
+  :mod:`~raysearch.tune.sweep_record` (its name and record), :mod:`~raysearch.tune.outcome`
+  (its failed trials and what a sweep with none complete raises), :mod:`~raysearch.tune.resume`
   (``--resume`` and ``sync``), :mod:`~raysearch.tune.sync` (MLflow reconciled with Tune's
   records), :mod:`~raysearch.tune.storage` (local and S3 storage paths),
   :mod:`~raysearch.tune.heap` (the driver's garbage collection);

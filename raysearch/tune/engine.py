@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,20 +31,22 @@ from raysearch.config import absolute_path
 from raysearch.metrics import metric_direction
 from raysearch.tracking import ui
 from raysearch.tracking.reconcile import STORE_ERRORS
+from raysearch.tracking.searched import SEARCHED_TAG
 from raysearch.training.records import COMPLETED, DIVERGED
 from raysearch.tune import study as sweep_study
 from raysearch.tune.cluster import (
-    check_gpus,
     check_ray_address,
+    check_resources,
     check_tracking_for_cluster,
     init_ray,
 )
 from raysearch.tune.heap import frozen_heap
+from raysearch.tune.outcome import FailedTrial, failed_trials
 from raysearch.tune.plan import SweepPlan, build_shift, make_plan
 from raysearch.tune.searchers import RepeatedSearcher
 from raysearch.tune.settings import SAMPLERS, SweepSettings
 from raysearch.tune.spaces import SearchSpace, TrialConfigs, load_space
-from raysearch.tune.storage import check_storage, resolve_storage
+from raysearch.tune.storage import check_storage, check_sweep_name, resolve_storage
 from raysearch.tune.sweep_record import (
     SWEEP_RECORD,
     check_new_sweep_name,
@@ -88,6 +90,11 @@ class SweepResult:
             ``raysearch ui`` on its default port.
         mlflow_hint: how to serve that UI (``" (serve it with `raysearch ui`)"``), empty for a
             tracking server.
+        failed: the trials that failed (raised after their retries, or diverged), by run name:
+            :class:`~raysearch.tune.outcome.FailedTrial` records (``trial``, ``run_id``,
+            ``outcome``, ``error`` on one line); the seed runs of a repeated sweep.
+        searched: the names the space samples (``margin``, ``lr``, ``optimizer.weight_decay``,
+            ``model.hidden``, ...), whose values the summaries show; None: not known.
     """
 
     name: str
@@ -99,6 +106,13 @@ class SweepResult:
     interrupted: bool = False
     mlflow_link: str = ""
     mlflow_hint: str = ""
+    failed: list[FailedTrial] = field(default_factory=list)
+    searched: tuple[str, ...] | None = None
+
+    @property
+    def completed(self) -> int:
+        """How many trials (configurations, with ``repeats``) ran all their epochs."""
+        return int(self.trials["complete"].sum()) if "complete" in self.trials else 0
 
     @property
     def front(self) -> pd.DataFrame:
@@ -177,6 +191,8 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
             all are checked before Ray starts, any trial runs or anything is written.
     """
     settings = settings or SweepSettings()
+    if settings.name is not None:
+        check_sweep_name(settings.name)  # (a resumed sweep keeps the name it had)
     space = space if isinstance(space, SearchSpace) else load_space(space)
     say = progress or (lambda line: logger.info("%s", line))
     # names, data, models, losses and optimizers fail here, before Ray or MLflow
@@ -184,15 +200,15 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
     say(plan.recipe_note)
     check_tracking_for_cluster(settings.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"),
                                settings.address)
-    client, uri = tracking.get_client(settings.tracking_uri)
+    storage = resolve_storage(settings.storage_path)
+    check_storage(storage)  # written and left as it was, before the store takes the name
+    client, uri = tracking.get_client(settings.tracking_uri, write=True)
     name = settings.name or default_sweep_name(plan.space)
     check_new_sweep_name(client, settings.experiment, name)
-    storage = resolve_storage(settings.storage_path)
-    check_storage(storage)
     experiment_id = tracking.ensure_experiment(client, settings.experiment, uri)
     check_ray_address(settings.address)
     init_ray(settings.address, plan.modules)
-    check_gpus(settings.resources, settings.address)
+    check_resources(settings.resources, settings.address)
     ray_client = (settings.address or "").startswith("ray://")  # the searcher runs on the head
     optuna_url = None if ray_client else sweep_study.optuna_storage_url(uri, storage)
     if optuna_url:
@@ -210,6 +226,7 @@ def _start_parent(client: Any, experiment_id: str, name: str, plan: SweepPlan, s
     parent = client.create_run(experiment_id, run_name=name,
                                tags={tracking.SWEEP_TAG: name, "raysearch.space": plan.space.name,
                                      tracking.DRIVER_TAG: driver_id(),
+                                     SEARCHED_TAG: json.dumps(list(plan.space.searched())),
                                      **({sweep_study.STORAGE_TAG: optuna_url,
                                          sweep_study.STUDY_TAG: name} if optuna_url else {})})
     parent_id = parent.info.run_id
@@ -350,8 +367,9 @@ def execute(plan: SweepPlan, client: Any, uri: str, experiment_id: str, parent_i
     finally:
         if callback is not None:
             callback.close()  # flush the queued MLflow writes before selecting
-        frame = _record_end(client, uri, parent_id, name, path, plan, status, say)
-    return _result(plan, name, parent_id, uri, experiment_id, frame, status, start, say)
+        frame, failed = _record_end(client, uri, parent_id, name, path, plan, status, say)
+    return _result(plan, name, parent_id, uri, experiment_id, (frame, failed), status, start,
+                   say)
 
 
 def _restored_tuner(restore: str, trainable: Any, callback: Any) -> tune.Tuner:
@@ -368,10 +386,11 @@ def _restored_tuner(restore: str, trainable: Any, callback: Any) -> tune.Tuner:
 
 
 def _result(plan: SweepPlan, name: str, parent_id: str, uri: str, experiment_id: str,
-            frame: pd.DataFrame, status: str, start: float,
+            ended: tuple[pd.DataFrame, list[FailedTrial]], status: str, start: float,
             say: Callable[[str], None]) -> SweepResult:
-    """The :class:`SweepResult` of a sweep that ended, with its last progress line."""
+    """The :class:`SweepResult` of a sweep that ended (its trials, failed ones), its last line."""
     settings = plan.settings
+    frame, failed = ended
     selected = None
     if not frame.empty and frame["selected"].any():
         selected = frame[frame["selected"]].iloc[0]
@@ -379,11 +398,13 @@ def _result(plan: SweepPlan, name: str, parent_id: str, uri: str, experiment_id:
     done = int(frame["complete"].sum()) if not frame.empty else 0
     what = "trials" if settings.repeats == 1 else f"configurations ({settings.repeats} seeds each)"
     say(f"sweep {name} {'stopped' if status == 'KILLED' else 'finished'} in {seconds:.1f}s: "
-        f"{done}/{settings.num_samples} {what} complete; parent run {parent_id}")
+        f"{done}/{settings.num_samples} {what} complete"
+        f"{f', {len(failed)} failed' if failed else ''}; parent run {parent_id}")
     return SweepResult(name, parent_id, uri, frame, selected, seconds,
                        interrupted=status == "KILLED",
                        mlflow_link=ui.run_link(ui.ui_base_url(uri), experiment_id, parent_id),
-                       mlflow_hint=_ui_hint(uri))
+                       mlflow_hint=_ui_hint(uri), failed=failed,
+                       searched=tuple(plan.space.searched()))
 
 
 def describer(configs: TrialConfigs) -> Callable:
@@ -404,12 +425,16 @@ class TrackingUnavailableError(ValueError):
     Raised at the end of a sweep whose MLflow server went away (for longer than its client's
     retries) and had not come back when the trials ended; nothing is lost: ``raysearch sync
     NAME`` (:func:`sync_sweep`) writes the missing records once the store answers.
+    ``raysearch sweep`` prints it as one line and exits with code 5, not 2: the input was fine.
     """
 
 
 def _record_end(client: Any, uri: str, parent_id: str, name: str, path: str,
-                plan: SweepPlan, status: str, say: Callable[[str], None]) -> pd.DataFrame:
+                plan: SweepPlan, status: str, say: Callable[[str], None]
+                ) -> tuple[pd.DataFrame, list[FailedTrial]]:
     """The sweep's last MLflow writes: what Tune recorded and MLflow lacks, then the selection.
+
+    Returns the trials table (:func:`raysearch.tracking.finalize_sweep`) and the failed trials.
 
     Raises:
         TrackingUnavailableError: when the store does not answer (in one line, with the
@@ -432,10 +457,11 @@ def _record_end(client: Any, uri: str, parent_id: str, name: str, path: str,
         if done.changed:
             say(f"sweep {name}: MLflow caught up with Tune's records ({done.summary()})")
         settings = plan.settings
-        return tracking.finalize_sweep(client, parent_id, tolerance=settings.tolerance,
-                                       ece_key=settings.ece_key, status=status,
-                                       selection=settings.selection,
-                                       accuracy_key=settings.accuracy_key)
+        frame = tracking.finalize_sweep(client, parent_id, tolerance=settings.tolerance,
+                                        ece_key=settings.ece_key, status=status,
+                                        selection=settings.selection,
+                                        accuracy_key=settings.accuracy_key)
+        return frame, failed_trials(client, parent_id)
     except STORE_ERRORS as exc:
         raise TrackingUnavailableError(f"MLflow {uri} failed at the end of the sweep "
                                        f"({' '.join(str(exc).split())[:200]}); {later}") from None

@@ -86,11 +86,14 @@ def make_plan(space: SearchSpace, settings: SweepSettings, say: Callable[[str], 
 
     Runs in the driver before Ray starts or anything is written, so that an unknown name (with
     the closest ones), an import string that does not import, a keyword a factory does not
-    take, a factory that raises or breaks its contract, a missing or corrupt dataset, a bad
-    weights file or a misconfigured optimizer is one line, not a failed trial. Every trial loads
-    the same splits (same dataset, seed and fractions). The model is built with the space's
-    low and high ends of every searched argument (on the meta device: shapes only, no memory);
-    the optimizer the same way.
+    take, a factory that raises or breaks its contract, a missing or corrupt dataset, NaN or
+    inf in its inputs, a bad weights file or a misconfigured optimizer is one line, not a
+    failed trial. Every trial loads the same splits (same dataset, seed and fractions). The
+    model is built with the space's low and high ends of every searched argument (on the meta
+    device: shapes only, no memory); the optimizer and the loss the same way, the loss then
+    called on two samples (:func:`raysearch.training.run_parts.check_run_loss`). A user's
+    metric functions and post-hoc calibrators are run once on small inputs of the data's K
+    (:mod:`raysearch.training.contracts`).
 
     Args:
         space: the loaded search space (a recipe already applied to it is kept).
@@ -112,6 +115,7 @@ def make_plan(space: SearchSpace, settings: SweepSettings, say: Callable[[str], 
     configs = tuple(space.resolve(space.end_config(which, method), overrides)
                     for method in space.methods for which in ("low", "high"))
     data = _load_data(configs[0], settings, say, components)
+    _check_inputs(data, configs[0].data.name, components)
     from raysearch.training.tasks import task_for
 
     task = task_for(data)
@@ -145,6 +149,18 @@ def _load_data(cfg: RunConfig, settings: SweepSettings, say: Callable[[str], Non
     return load_run_data(cfg, components=components, **_accepted(factory, extra))
 
 
+def _check_inputs(data: Any, dataset: str, components: dict[str, dict[str, Any]]) -> None:
+    """NaN or inf in the inputs: all of a split in memory, a sample of the user's files."""
+    from raysearch.registry import BUILT_IN
+    from raysearch.training.data.splits import FINITE_CHECK_SAMPLES, check_finite_inputs
+    from raysearch.training.registries import registry
+
+    builtin = (dataset not in components.get("datasets", {})
+               and registry("datasets").source(dataset) == BUILT_IN)
+    # the built-in readers decode 8-bit files: only what they hold in memory is checked
+    check_finite_inputs(data, dataset, sample=0 if builtin else FINITE_CHECK_SAMPLES)
+
+
 def _check_shift(data: Any, settings: SweepSettings, dataset: str) -> None:
     """``--shift-eval`` / ``--shift-data`` need an in-memory image test split (one line)."""
     if settings.shift_eval and importlib.util.find_spec("imagecorruptions") is None:
@@ -161,10 +177,10 @@ def _check_shift(data: Any, settings: SweepSettings, dataset: str) -> None:
 
 def _check_builds(configs: tuple[RunConfig, ...], models: list[str], data: Any,
                   settings: SweepSettings, components: dict[str, dict[str, Any]]) -> list[Any]:
-    """Build each distinct model, loss and optimizer once; returns the factories used."""
+    """Build each distinct model, loss and optimizer once, check the user's code; returns it."""
     from raysearch.training.optim import check_optimizer, optimizer_class
-    from raysearch.training.registries import metric_functions, registry
-    from raysearch.training.run_parts import build_run_loss, check_run_model
+    from raysearch.training.registries import metric_functions
+    from raysearch.training.run_parts import check_run_loss, check_run_model
 
     objects: list[Any] = [_factory("datasets", configs[0].data.name, components)]
     checked: set[str] = set()
@@ -182,14 +198,28 @@ def _check_builds(configs: tuple[RunConfig, ...], models: list[str], data: Any,
                 objects.append(_factory("models", model, components))
                 check_run_model(trial, data, components=components)
         if once(run.loss):
-            build_run_loss(run, data, components=components)
+            check_run_loss(run, data, components=components)
             objects.append(_factory("losses", run.loss.name, components))
         if once(run.optimizer):
             check_optimizer(run.optimizer)
             objects.append(optimizer_class(run.optimizer.name))
-    objects.extend(metric_functions(settings.metrics, components).values())
-    objects.extend(registry("calibrators").get(name) for name in settings.posthoc)
+    objects.extend(metric_functions(settings.metrics, components,
+                                    num_classes=data.num_classes).values())
+    objects.extend(_check_calibrators(settings.posthoc, data.num_classes))
     return objects
+
+
+def _check_calibrators(names: tuple[str, ...], num_classes: int) -> list[Any]:
+    """The calibrators of ``--posthoc``; a user's is fitted once on a small logit matrix."""
+    from raysearch.registry import BUILT_IN
+    from raysearch.training.contracts import check_calibrator
+    from raysearch.training.registries import registry
+
+    calibrators = registry("calibrators")
+    for name in names:
+        if calibrators.source(name) != BUILT_IN:  # the built-ins are trusted (and slow to fit)
+            check_calibrator(name, num_classes)
+    return [calibrators.get(name) for name in names]
 
 
 def _check_weights(configs: tuple[RunConfig, ...], data: Any, settings: SweepSettings,
@@ -262,9 +292,12 @@ def build_shift(data: Any, settings: SweepSettings, say: Callable[[str], None]) 
                 max_samples=settings.shift_samples, seed=settings.seed)
         except ValueError as exc:
             raise ValueError(f"--shift-data {exc}") from None
+        extra = (f" (+ {len(shift_set.held_out)} reported apart: "
+                 f"{', '.join(shift_set.held_out)})" if shift_set.held_out else "")
         say(f"shift evaluation: {len(shift_set.labels)} test images x "
-            f"{len(shift_set.corruptions)} corruptions x {len(shift_set.severities)} severities "
-            f"of {Path(settings.shift_data).expanduser().absolute()}, read by every trial")
+            f"{len(shift_set.benchmark)} corruptions{extra} x {len(shift_set.severities)} "
+            f"severities of {Path(settings.shift_data).expanduser().absolute()}, read by every "
+            "trial")
         return shift_set
     samples = 1000 if settings.shift_samples is None else settings.shift_samples
     say(f"shift evaluation: corrupting {min(samples, len(labels))} test images "
