@@ -196,16 +196,15 @@ def train(config: RunConfig | Mapping[str, Any] | str | Path, *, model: Any = No
         raysearch.training.run.OutOfMemoryRunError: one line if the device runs out of memory
             (the batch size, the device, what to lower; the run is marked FAILED).
     """
-    import yaml
-
+    from raysearch.config.yaml_file import read_yaml_file
     from raysearch.tracking import check_export_versions, train_and_log
     from raysearch.training.registries import check_config_names
 
     exported: list[str] = []
     doc = None
     if isinstance(config, (str, Path)):
-        doc = yaml.safe_load(Path(config).read_text()) if Path(config).is_file() else None
         cfg = RunConfig.from_yaml(config)
+        doc = read_yaml_file(config)
         if isinstance(doc, dict):
             exported = list(doc.get("metric_functions") or [])
     elif isinstance(config, RunConfig):

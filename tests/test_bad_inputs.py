@@ -199,6 +199,12 @@ def _train_unknown_key(tmp):
     return ["train", str(cfg)], ["best.yaml", "epoch"]
 
 
+def _train_export_aliases(tmp):
+    cfg = _write(tmp / "best.yaml", "config:\n  method: ce\n  model:\n    name: mlp\n"
+                 "    a: &a [lol, lol]\n    b: [*a, *a]\n")
+    return ["train", str(cfg)], ["best.yaml: line 6", "YAML aliases (*a) are not allowed"]
+
+
 def _resume_missing(tmp):
     return ["sweep", "--resume", "does-not-exist"], ["does-not-exist"]
 
@@ -233,7 +239,7 @@ CASES = [
     _calibrate_npz_truncated, _calibrate_npz_bad_crc, _calibrate_parquet_garbage,
     _calibrate_pickle_refused,
     _calibrate_mismatched_n, _calibrate_unknown_calibrator, _train_corrupt_export,
-    _train_unknown_key, _resume_missing, _report_missing, _export_missing, _storage_under_file,
+    _train_unknown_key, _train_export_aliases, _resume_missing, _report_missing, _export_missing, _storage_under_file,
     _model_param_without_value, _sync_missing,
 ]
 

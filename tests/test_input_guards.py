@@ -67,9 +67,23 @@ def test_an_anchor_without_alias_is_plain_yaml(tmp_path):
 def test_a_huge_file_is_refused_unread(tmp_path):
     space = tmp_path / "huge.yaml"
     space.write_text("method: ce\ndescription: '" + "x" * (1 << 20) + "'\n")
-    with pytest.raises(SpaceError, match=r"huge\.yaml: 1048603 bytes; a space or recipe file "
+    with pytest.raises(SpaceError, match=r"huge\.yaml: 1048603 bytes; a raysearch YAML file "
                                          r"is at most 1048576 bytes$"):
         load_space(str(space))
+
+
+def test_an_exported_config_with_aliases_or_duplicate_keys_is_refused(tmp_path):
+    from raysearch.config import RunConfig
+
+    laughs = tmp_path / "best.yaml"
+    laughs.write_text("config:\n" + "".join("  " + line + "\n" for line in _LAUGHS.splitlines()))
+    with pytest.raises(ValueError, match=r"best\.yaml: line 6, column 14: YAML aliases \(\*l0\)"):
+        RunConfig.from_yaml(laughs)
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("config:\n  method: ce\n  method: focal\n")
+    with pytest.raises(ValueError, match=r"twice\.yaml: malformed YAML at line 3, column 3: "
+                                         r"found duplicate key 'method'"):
+        RunConfig.from_yaml(twice)
 
 
 def test_a_deeply_nested_file_is_one_line(tmp_path):

@@ -190,9 +190,8 @@ def train(config: str, epochs: int | None, name: str | None, data_dir: str | Non
           device: str | None, precision: str, tracking_uri: str | None,
           experiment: str) -> None:
     """Train one run from CONFIG (a file written by `raysearch export`) and log it to MLflow."""
-    import yaml
-
     from raysearch.config import RunConfig
+    from raysearch.config.yaml_file import read_yaml_file
     from raysearch.tracking import check_export_versions, train_and_log
     from raysearch.tracking.reports import metrics_line, quiet_mlflow
 
@@ -203,7 +202,7 @@ def train(config: str, epochs: int | None, name: str | None, data_dir: str | Non
         cfg.epochs = epochs
     if data_dir is not None:
         cfg.data.dir = str(Path(data_dir).expanduser().resolve())
-    doc = yaml.safe_load(Path(config).read_text())
+    doc = read_yaml_file(config)
     exported = (doc.get("metric_functions") or []) if isinstance(doc, dict) else []
     from raysearch.training.registries import check_config_names
 

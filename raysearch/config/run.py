@@ -19,8 +19,9 @@ from typing import Any, ClassVar
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from raysearch.config.base import Section, bounded, first_line, one_line_error, plain_data
+from raysearch.config.base import Section, bounded, one_line_error, plain_data
 from raysearch.config.flat import as_sections
+from raysearch.config.yaml_file import read_yaml_file
 
 __all__ = ["DATA_PARAM_BOUNDS", "DEFAULT_DATASET", "DEFAULT_MODEL", "OPTIMIZERS",
            "OPTIMIZER_DEFAULTS", "SCHEDULES", "DataConfig", "LossConfig", "ModelConfig",
@@ -406,13 +407,11 @@ class RunConfig(Section):
 
         Raises:
             FileNotFoundError: if `path` does not exist.
-            ValueError: on malformed YAML or invalid values, naming the file.
+            ValueError: one line naming the file: malformed YAML, a YAML alias, a duplicate key,
+                a file over :data:`~raysearch.config.yaml_file.MAX_YAML_BYTES` or invalid values.
         """
         path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            raise ValueError(f"{path}: malformed YAML ({first_line(exc)})") from None
+        data = read_yaml_file(path)
         if isinstance(data, dict) and isinstance(data.get("config"), dict):
             data = data["config"]
         try:

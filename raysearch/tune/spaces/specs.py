@@ -1,14 +1,15 @@
 """The search-space file format: YAML reading, one parameter spec, the error of a bad file.
 
 The leaf of the search-space modules: :class:`SpaceError` (every problem of a space or recipe file),
-the YAML loader (YAML 1.2 floats such as ``1e-3``; duplicate keys, aliases and files over
-:data:`MAX_YAML_BYTES` refused; errors as one line), the bundled ``search_spaces`` folder, and
+:func:`read_yaml` (the YAML of a space or recipe file, read by
+:func:`raysearch.config.yaml_file.read_yaml_file`), the bundled ``search_spaces`` folder, and
 :class:`Spec`, one parameter (a fixed value, a float/int range or a categorical) with
 :func:`parse_spec`, which checks it. The spec syntax is described in :mod:`raysearch.tune.spaces`,
 which re-exports every name defined here (as do :mod:`raysearch.tune.recipes` and
 :mod:`raysearch.tune.posthoc_sweep`, which import them from there).
 
-This module imports nothing from the package: :mod:`raysearch.tune.spaces.search_space` and
+This module imports only :mod:`raysearch.config.yaml_file` and :mod:`raysearch.registry` from
+the package: :mod:`raysearch.tune.spaces.search_space` and
 :mod:`raysearch.tune.spaces` import it, never the other way round. Optuna is only named for type
 checking (:meth:`Spec.suggest` gets the trial).
 """
@@ -18,23 +19,18 @@ from __future__ import annotations
 import decimal
 import importlib.resources
 import math
-import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
+from raysearch.config.yaml_file import read_yaml_file
 from raysearch.registry import did_you_mean
 
 if TYPE_CHECKING:
     import optuna
 
 __all__ = ["SpaceError"]
-
-#: Largest space or recipe file read, in bytes (the bundled ones are under 4 KiB).
-MAX_YAML_BYTES = 1 << 20
 
 _SPEC_KEYS = ("type", "low", "high", "log", "step", "choices")
 _RANGE_KINDS = ("float", "int")
@@ -52,59 +48,6 @@ class SpaceError(ValueError):
 # --------------------------------------------------------------------------------------------
 
 
-class _AliasError(yaml.composer.ComposerError):
-    """A YAML alias (``*name``) in a raysearch file."""
-
-
-class _Loader(yaml.SafeLoader):
-    """Safe loader that reads ``1e-3`` as a float and rejects duplicate keys and aliases.
-
-    Aliases are refused outright: a few lines of aliases chained inside allowed keys (a "billion
-    laughs" document) expand to more values than memory holds once the parsed document is
-    walked. An anchor (``&name``) alone is harmless and kept.
-    """
-
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
-        if self.check_event(yaml.events.AliasEvent):
-            event = self.peek_event()
-            raise _AliasError(None, None, f"YAML aliases (*{event.anchor}) are not allowed in "
-                              "raysearch files (chained aliases expand without limit); write "
-                              "the value out", event.start_mark)
-        return super().compose_node(parent, index)
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            try:
-                duplicate = key in seen
-                seen.add(key)
-            except TypeError:  # unhashable key: let PyYAML report it
-                continue
-            if duplicate:
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping",
-                    node.start_mark,
-                    f"found duplicate key {key!r}",
-                    key_node.start_mark,
-                )
-        return super().construct_mapping(node, deep=deep)
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-        |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
-        |[-+]?\.(?:inf|Inf|INF)
-        |\.(?:nan|NaN|NAN))$""",
-        re.X,
-    ),
-    list("-+0123456789."),
-)
-
-
 def one_line(text: object) -> str:
     return " ".join(str(text).split())
 
@@ -112,37 +55,18 @@ def one_line(text: object) -> str:
 def read_yaml(path: Path, label: str) -> Any:
     """The YAML document of a space or recipe file (plain data: dicts, lists, scalars).
 
+    Read by :func:`raysearch.config.yaml_file.read_yaml_file` (no aliases, no duplicate keys,
+    YAML 1.2 floats, at most :data:`~raysearch.config.yaml_file.MAX_YAML_BYTES`).
+
     Raises:
-        SpaceError: one line naming `label`: not UTF-8, over :data:`MAX_YAML_BYTES`, nested
-            too deeply, an alias (``*name``), a duplicate key or malformed YAML (with the line
-            and column).
+        SpaceError: one line naming `label` and what is wrong.
     """
-    size = path.stat().st_size if path.is_file() else 0
-    if size > MAX_YAML_BYTES:
-        raise SpaceError(f"{label}: {size} bytes; a space or recipe file is at most "
-                         f"{MAX_YAML_BYTES} bytes")
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpaceError(f"{label}: not a UTF-8 text file ({exc.reason})") from None
-    if len(text.encode("utf-8")) > MAX_YAML_BYTES:  # a file that grew while being read
-        raise SpaceError(f"{label}: a space or recipe file is at most {MAX_YAML_BYTES} bytes")
-    try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
-    except RecursionError:
-        raise SpaceError(f"{label}: the YAML is nested too deeply") from None
-    except _AliasError as exc:
-        mark = exc.problem_mark
-        raise SpaceError(f"{label}: line {mark.line + 1}, column {mark.column + 1}: "
-                         f"{exc.problem}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = one_line(getattr(exc, "problem", None) or exc)
-        context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
-        if context and context_mark is not None and context_mark.line != getattr(mark, "line", -1):
-            problem += f" ({one_line(context)} at line {context_mark.line + 1})"
-        raise SpaceError(f"{label}: malformed YAML{where}: {problem}") from None
+        return read_yaml_file(path, label)
+    except FileNotFoundError:
+        raise
+    except ValueError as exc:
+        raise SpaceError(str(exc)) from None
 
 
 # --------------------------------------------------------------------------------------------
