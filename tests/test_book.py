@@ -108,3 +108,21 @@ def test_the_ends_imports_start_once_every_trial_started_and_one_ended(tmp_path)
     callback._warm_end()  # once per sweep
     assert book.warming is thread
     callback.close()
+
+
+def test_an_ended_trial_keeps_only_its_run_id_start_and_number(tmp_path):
+    # a 10,000-trial sweep's driver keeps no per-epoch state of the trials that ended
+    book = _book(tmp_path)
+    for tid in ("t1", "t2"):
+        book.children[tid] = f"run-{tid}"
+        book.started[tid] = 1.0
+        book.steps[tid] = 3
+        book.nodes[tid] = "node-a"
+        book.resumed[tid] = 2
+        book.last_line[tid] = 1.0
+    book.release("t1")
+    assert book.children == {"t1": "run-t1", "t2": "run-t2"}  # the end's selection reads them
+    assert set(book.started) == {"t1", "t2"}  # a trial that ended is not started again
+    for running in (book.steps, book.nodes, book.resumed, book.last_line):
+        assert set(running) == {"t2"}
+    book.close()

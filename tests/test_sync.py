@@ -120,3 +120,43 @@ def test_sync_writes_back_a_lost_run_once(ray_session, tmp_path):
     assert result.exit_code == 0, result.output
     assert client.get_run(parent.info.run_id).info.status == "FINISHED"
 
+
+
+def test_the_ends_records_of_tunes_trials_are_compact(ray_session, tmp_path):
+    # the end of every sweep reads Tune's snapshot and the trials' reports: it keeps the
+    # reports, status and checkpoint of each trial, not Tune's restored trials (their metric
+    # statistics: ~0.2 MiB each with ~80 metrics), nor a DataFrame per trial
+    import gc
+    import tracemalloc
+
+    from ray import tune
+    from ray.tune import ExperimentAnalysis
+    from ray.tune.logger import JsonLoggerCallback
+
+    from raysearch.tune.sync import read_trials, snapshot_trials
+
+    def trainable(config):  # a trial's last report: ~80 metrics, as a raysearch trial's
+        tune.report({f"val_m{i}": config["x"] + i / 100 for i in range(80)})
+
+    tune.Tuner(trainable, param_space={"x": tune.grid_search(list(range(16)))},
+               run_config=tune.RunConfig(name="snap", storage_path=str(tmp_path), verbose=0,
+                                         callbacks=[JsonLoggerCallback()])).fit()
+    path = str(tmp_path / "snap")
+
+    def held(read):  # bytes that what `read` returns keeps alive
+        gc.collect()
+        tracemalloc.start()
+        try:
+            kept = read(path)
+            return kept, tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+
+    _, tunes = held(ExperimentAnalysis)
+    trials, without_frames = held(snapshot_trials)
+    records, ours = held(read_trials)
+    assert len(trials) == len(records) == 16
+    assert {r.status for r in records} == {"TERMINATED"}
+    assert sorted(r.results[-1]["val_m1"] for r in records) == [x + 0.01 for x in range(16)]
+    assert without_frames < tunes
+    assert ours < tunes / 4, (ours, tunes)

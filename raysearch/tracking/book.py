@@ -102,6 +102,15 @@ class _SweepBook:
             finally:
                 self.queue.task_done()
 
+    def release(self, tid: str) -> None:
+        """Drop what only a running trial needs: its epochs logged, node, checkpoint epoch.
+
+        Called by the writer thread once trial `tid`'s run has its last record; what stays of
+        the trial is its run id, start time and number (a few hundred bytes).
+        """
+        for kept in (self.steps, self.nodes, self.resumed, self.last_line):
+            kept.pop(tid, None)
+
     def _lost(self, tid: str | None) -> None:
         self.failed_writes += 1
         if tid is not None:

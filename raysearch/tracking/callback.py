@@ -528,6 +528,7 @@ class MlflowSweepCallback(tune.Callback):
             self.client.set_terminated(run_id, "FINISHED")
             if tid in book.trial_gid:
                 self._seed_ended(tid)
+            book.release(tid)
 
         self._submit(finish, tid)
         self._report(trial, result, "done" if complete else "stopped early")
@@ -553,6 +554,7 @@ class MlflowSweepCallback(tune.Callback):
             self.client.set_terminated(run_id, "FAILED")
             if tid in book.trial_gid:
                 self._seed_ended(tid)
+            book.release(tid)
 
         self._submit(fail, tid)
         self._report(trial, result, f"FAILED: {message.splitlines()[-1][:160]}")

@@ -53,7 +53,7 @@ from raysearch.tune.sweep_record import (
     default_sweep_name,
     driver_id,
 )
-from raysearch.tune.sync import read_trials, reconcile_sweep
+from raysearch.tune.sync import read_trials, reconcile_sweep, snapshot_trials
 from raysearch.tune.trainable import trial_resources, tune_trial
 from raysearch.tune.trial_options import TrialOptions
 
@@ -336,7 +336,7 @@ def execute(plan: SweepPlan, client: Any, uri: str, experiment_id: str, parent_i
     max_failures = settings.resolved_max_failures()
     start = time.monotonic()
     status = "FAILED"
-    callback = None
+    callback = records = None
     path = f"{storage.rstrip('/')}/{name}"
     try:
         shift_set = None
@@ -352,8 +352,11 @@ def execute(plan: SweepPlan, client: Any, uri: str, experiment_id: str, parent_i
         tuner = (_restored_tuner(restore, trainable, callback) if restore is not None else
                  _new_tuner(plan, trainable, callback, name, storage, max_failures))
         tuner.fit()
-        # Ctrl-C once: Tune stops the trials and returns normally
-        ended = _trials_ended(path)
+        # Ctrl-C once: Tune stops the trials and returns normally. The Tuner keeps Tune's
+        # trials (~0.2 MiB each) and a DataFrame of each one's results: let them go first
+        del tuner
+        records = _snapshot_records(path)  # read once: the end's reconciliation reuses them
+        ended = None if records is None else sum(t.ended for t in records)
         interrupted = ended is not None and ended < settings.trials
         status = "KILLED" if interrupted else "FINISHED"
         if interrupted:
@@ -367,7 +370,8 @@ def execute(plan: SweepPlan, client: Any, uri: str, experiment_id: str, parent_i
     finally:
         if callback is not None:
             callback.close()  # flush the queued MLflow writes before selecting
-        frame, failed = _record_end(client, uri, parent_id, name, path, plan, status, say)
+        frame, failed = _record_end(client, uri, parent_id, name, path, plan, status, say,
+                                    records=records)
     return _result(plan, name, parent_id, uri, experiment_id, (frame, failed), status, start,
                    say)
 
@@ -430,11 +434,13 @@ class TrackingUnavailableError(ValueError):
 
 
 def _record_end(client: Any, uri: str, parent_id: str, name: str, path: str,
-                plan: SweepPlan, status: str, say: Callable[[str], None]
-                ) -> tuple[pd.DataFrame, list[FailedTrial]]:
+                plan: SweepPlan, status: str, say: Callable[[str], None], *,
+                records: list[Any] | None = None) -> tuple[pd.DataFrame, list[FailedTrial]]:
     """The sweep's last MLflow writes: what Tune recorded and MLflow lacks, then the selection.
 
     Returns the trials table (:func:`raysearch.tracking.finalize_sweep`) and the failed trials.
+    `records`: Tune's records of the trials (:func:`~raysearch.tune.sync.read_trials`) when
+    already read, else None (read here).
 
     Raises:
         TrackingUnavailableError: when the store does not answer (in one line, with the
@@ -448,10 +454,12 @@ def _record_end(client: Any, uri: str, parent_id: str, name: str, path: str,
         raise TrackingUnavailableError(f"the sweep's trials ended but {exc}; {later}") from None
     try:
         parent = client.get_run(parent_id)
-        try:
-            trials = read_trials(path)
-        except ValueError:  # the sweep stopped before Tune's first snapshot: nothing to add
-            trials = []
+        trials = records
+        if trials is None:
+            try:
+                trials = read_trials(path)
+            except ValueError:  # the sweep stopped before Tune's first snapshot: nothing to add
+                trials = []
         done = reconcile_sweep(client, parent, trials, describe=describer(plan.trial_configs),
                                repeats=plan.settings.repeats)
         if done.changed:
@@ -475,26 +483,25 @@ def _ui_hint(uri: str) -> str:
     return f" (serve it with `raysearch ui{store}`)"
 
 
-def _trials_ended(path: str) -> int | None:
-    """Trials that ended (TERMINATED or ERROR) in Tune's last snapshot of the experiment.
+def _snapshot_records(path: str) -> list[Any] | None:
+    """Tune's records of the trials at `path` (:func:`read_trials`); None if unreadable.
 
     After a Ctrl-C, Tune snapshots the experiment before it stops the running trials, so they
     are still unfinished there (and ``Tuner.restore`` continues them), while the trials that
-    ``Tuner.fit`` returns are all stopped. None if the snapshot cannot be read.
+    ``Tuner.fit`` returns are all stopped: the trials that ended are counted here.
     """
-    trials = _snapshot_trials(path)
-    if trials is None:
+    try:
+        return read_trials(path)
+    except ValueError as exc:  # the sweep's result does not depend on it
+        logger.warning("cannot read Tune's experiment state at %s: %s", path, exc)
         return None
-    return sum(t.status in ("TERMINATED", "ERROR") for t in trials)
 
 
 def _snapshot_trials(path: str) -> list[Any] | None:
     """The trials of Tune's last experiment snapshot at `path` (None if unreadable)."""
-    from ray.tune import ExperimentAnalysis
-
     try:
-        return ExperimentAnalysis(path).trials
-    except Exception as exc:  # noqa: BLE001 (the sweep's result does not depend on it)
+        return snapshot_trials(path)
+    except ValueError as exc:  # the sweep's result does not depend on it
         logger.warning("cannot read Tune's experiment state at %s: %s", path, exc)
         return None
 

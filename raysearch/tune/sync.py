@@ -14,6 +14,7 @@ and by ``raysearch sync NAME`` (:func:`raysearch.tune.resume.sync_sweep`).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -34,6 +35,44 @@ logger = logging.getLogger(__name__)
 RESULT_FILE = "result.json"  # Tune's record of a trial's reports (one JSON object per line)
 
 
+def snapshot_trials(path: str) -> list[Any]:
+    """The trials (``ray.tune.experiment.Trial``) of Tune's last experiment snapshot at `path`.
+
+    Tune's ``ExperimentAnalysis`` also reads every trial's ``result.json`` into a pandas
+    DataFrame when it opens an experiment, all held at once; the sweep reads the reports
+    itself (:func:`read_trials`), so the trials are read here without those DataFrames. Each
+    restored trial still holds Tune's statistics of every numeric metric it reported (~0.2 MiB
+    with ~80 metrics): keep them no longer than needed.
+
+    Args:
+        path: the sweep's experiment folder (``<storage path>/<sweep name>``; a local path or
+            a URI such as ``s3://bucket/prefix/name``).
+
+    Returns:
+        The trials, in Tune's order, with their status, config, run metadata and storage.
+
+    Raises:
+        ValueError: if `path` holds no readable Tune experiment snapshot.
+    """
+    try:
+        return _analysis_class()(path).trials
+    except Exception as exc:  # noqa: BLE001 (missing or unreadable experiment state)
+        raise ValueError(f"no Tune experiment state under {path}: "
+                         f"{' '.join(str(exc).split())[:200]}") from None
+
+
+@functools.cache
+def _analysis_class() -> type:
+    """``ExperimentAnalysis`` without its per-trial DataFrames (made at first use: Ray)."""
+    from ray.tune import ExperimentAnalysis
+
+    class TrialsOnly(ExperimentAnalysis):
+        def _fetch_trial_dataframes(self) -> dict[str, Any]:
+            return {}  # (Tune's hook; were it renamed, the DataFrames would be read again)
+
+    return TrialsOnly
+
+
 def read_trials(path: str) -> list[TrialRecords]:
     """Every trial of the Tune experiment at `path`, with its reports, status and error.
 
@@ -48,15 +87,8 @@ def read_trials(path: str) -> list[TrialRecords]:
     Raises:
         ValueError: if `path` holds no Tune experiment snapshot.
     """
-    from ray.tune import ExperimentAnalysis
-
-    try:
-        analysis = ExperimentAnalysis(path)
-    except Exception as exc:  # noqa: BLE001 (missing or unreadable experiment state)
-        raise ValueError(f"no Tune experiment state under {path}: "
-                         f"{' '.join(str(exc).split())[:200]}") from None
     out = []
-    for index, trial in enumerate(analysis.trials):
+    for index, trial in enumerate(snapshot_trials(path)):
         fs, folder = trial.storage.storage_filesystem, trial.storage.trial_fs_path
         results = _read_results(fs, f"{folder}/{RESULT_FILE}")
         error = ""
