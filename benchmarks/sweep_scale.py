@@ -1,4 +1,4 @@
-"""Sweep scale: the driver's cost per trial of `raysearch sweep` at 100, 300 and 1,000 trials.
+"""Sweep scale: the driver's cost and memory per trial of `raysearch sweep` at 100 to 10,000 trials.
 
 Each size is one ``raysearch.tune.engine.run_sweep`` on the CPU (digits, the ``mlp`` model,
 ``--epochs`` epochs, 2 trials at a time, Optuna TPE, MLflow child runs, temperature scaling,
@@ -21,12 +21,22 @@ out (paid once per session and per store). Per size it prints:
 - ``peak RSS``: the driver's peak resident set (``ru_maxrss``) after the sweep, and how much it
   grew during it.
 
+Below the table, per pair of consecutive sizes: the marginal overhead and driver CPU per trial,
+and the driver's peak-RSS growth per trial, ``(growth(b) - growth(a)) / (b - a)`` in MiB (the
+sweep's fixed memory, Ray's client, the imports of its end, cancels out).
+
 Goal: the per-trial driver cost at the largest size is at most 1.5x that at the smallest, for
 both ``overhead/trial`` and ``cpu/trial`` (PASS/FAIL each). Both include the sweep's fixed costs
 (starting the trial processes, the selection, plot and table at the end), which weigh more at
 small sizes; the marginal cost per trial between consecutive sizes, printed below the table,
 leaves them out. The machine's other load makes the wall-time figures noisy; run it on a quiet
-machine.
+machine. Memory goal: the driver's peak-RSS growth between the two largest sizes given is at most
+0.05 MiB per trial (PASS/FAIL; meant for ``--trials 100,1000,10000``: from 1,000 to 10,000).
+
+Run time: one-epoch digits trials take ~0.5-1 s of wall time each, two at a time on 2 cores
+(~3.5 min for 200 trials, start included); Tune's experiment snapshots and the Optuna sampler's
+history grow with the trials, so ``--trials 100,1000,10000`` takes ~2.5-4 hours on 2 cores, the
+10,000 point nearly all of it (an estimate from 50 to 1,000 trials; more cores shorten it).
 
 Usage: python benchmarks/sweep_scale.py [--trials 100,300,1000] [--epochs 1] [--space acls]
 """
@@ -45,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 GOAL = 1.5  # per-trial driver cost at the largest size / at the smallest, at most
+MEMORY_GOAL_MIB = 0.05  # driver peak-RSS growth per trial between the two largest sizes, at most
 
 
 def _own_seconds(folder: Path) -> list[float]:
@@ -136,8 +147,8 @@ def main() -> None:
         print(json.dumps(one_size(args.one, args.epochs, args.space, args.concurrency)))
         return
     sizes = [int(s) for s in args.trials.split(",")]
-    if len(sizes) < 2 or min(sizes) < 1:
-        ap.error("--trials needs two or more sizes >= 1, e.g. 100,300,1000")
+    if len(sizes) < 2 or min(sizes) < 1 or sizes != sorted(set(sizes)):
+        ap.error("--trials needs two or more increasing sizes >= 1, e.g. 100,1000,10000")
 
     print(f"'{args.space}' sweeps on digits (mlp, {args.epochs} epoch(s), {args.concurrency} "
           f"trials at a time); seconds per trial; MLflow writes per trial")
@@ -153,8 +164,10 @@ def main() -> None:
         extra = b["trials"] - a["trials"]
         ovh = ((b["wall"] - b["own"] / b["concurrency"])
                - (a["wall"] - a["own"] / a["concurrency"])) / extra
+        mib = (b["rss_growth_mib"] - a["rss_growth_mib"]) / extra
         print(f"marginal, trials {a['trials']}->{b['trials']}: overhead {ovh:.3f} s/trial, "
-              f"driver cpu {(b['cpu'] - a['cpu']) / extra:.3f} s/trial")
+              f"driver cpu {(b['cpu'] - a['cpu']) / extra:.3f} s/trial, "
+              f"driver RSS {mib:+.3f} MiB/trial")
     small, large = results[0], results[-1]
     verdicts = []
     for label, key in (("overhead/trial", lambda r: r["wall"] - r["own"] / r["concurrency"]),
@@ -167,6 +180,15 @@ def main() -> None:
               f"{ratio:.2f} (goal <= {GOAL}): {'PASS' if ok else 'FAIL'}")
     print(f"goal (per-trial driver cost at {large['trials']} <= {GOAL}x that at "
           f"{small['trials']}): {'PASS' if all(verdicts) else 'FAIL'}")
+    print(_memory_verdict(*sorted(results, key=lambda r: r["trials"])[-2:]))
+
+
+def _memory_verdict(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """The PASS/FAIL line of the memory goal between sizes `a` and `b` (b the larger)."""
+    mib = (b["rss_growth_mib"] - a["rss_growth_mib"]) / (b["trials"] - a["trials"])
+    return (f"goal (driver peak RSS growth from {a['trials']} to {b['trials']} trials <= "
+            f"{MEMORY_GOAL_MIB} MiB/trial): {mib:+.3f} MiB/trial: "
+            f"{'PASS' if mib <= MEMORY_GOAL_MIB else 'FAIL'}")
 
 
 if __name__ == "__main__":
