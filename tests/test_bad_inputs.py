@@ -239,7 +239,8 @@ CASES = [
     _calibrate_npz_truncated, _calibrate_npz_bad_crc, _calibrate_parquet_garbage,
     _calibrate_pickle_refused,
     _calibrate_mismatched_n, _calibrate_unknown_calibrator, _train_corrupt_export,
-    _train_unknown_key, _train_export_aliases, _resume_missing, _report_missing, _export_missing, _storage_under_file,
+    _train_unknown_key, _train_export_aliases, _resume_missing, _report_missing, _export_missing,
+    _storage_under_file,
     _model_param_without_value, _sync_missing,
 ]
 
