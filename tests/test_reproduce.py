@@ -115,6 +115,41 @@ class TestReport:
         assert not math.isnan(report.rows[1].ece_pct)
         assert not report.passed
 
+    def test_worker_processes_give_the_numbers_and_lines_of_one_process(self, tmp_path):
+        # the fits of several files and calibrators run in 2 spawned workers or here; every
+        # number is the same to the last bit and the progress lines come in row order
+        for seed, name in enumerate(("a.npz", "b.npz")):
+            _write_split(tmp_path / name, seed=seed, n=400, k=5)
+        rows = [
+            _row((name,), calibrator, 1.0, "info", params=params)
+            for name in ("a.npz", "b.npz")
+            for calibrator, params in [
+                (None, {}), ("pts_sctl", {"steps": 40}), ("ts", {}), ("cts", {}),
+                ("pts_sctl", {"steps": 40, "loss": "focal"}), ("ts", {"t_max": -1.0}),
+                ("ts", {"classwise_scaling": True}),
+            ]
+        ]
+        lines: dict[int, list[str]] = {1: [], 2: []}
+        reports = {
+            n: reproduce(tmp_path, published=rows, progress=lines[n].append, processes=n)
+            for n in (1, 2)
+        }
+        assert lines[1] == lines[2]
+        assert len(lines[1]) == 1 + len(rows)
+        for one, two in zip(reports[1].rows, reports[2].rows, strict=True):
+            assert one.published is two.published
+            assert one.error == two.error
+            for ours, theirs in [(one.ece_pct, two.ece_pct), (one.accuracy_pct, two.accuracy_pct)]:
+                assert ours == theirs or (math.isnan(ours) and math.isnan(theirs))
+        assert sum(bool(row.error) for row in reports[2].rows) == 2  # t_max=-1: one line each
+        assert reports[1].format_table() == reports[2].format_table()
+
+    @pytest.mark.parametrize("processes", [0, -1, 1.5, True])
+    def test_bad_processes_is_a_value_error(self, tmp_path, processes):
+        _write_split(tmp_path / "toy.npz")
+        with pytest.raises(ValueError, match="processes"):
+            reproduce(tmp_path, published=[_row(("toy.npz",), None, 1.0)], processes=processes)
+
     def test_the_authors_pickle_is_read_with_allow_pickle(self, tmp_path):
         arrays = _write_split(tmp_path / "toy.npz")
         (tmp_path / "toy.npz").unlink()

@@ -15,18 +15,24 @@ name that is no released output file of :data:`PUBLISHED`, a pickle read without
 ``allow_pickle``, an unreadable file, arrays of the wrong layout or number of classes, or a
 second copy of outputs already read. File names are matched case-insensitively.
 
-The module is plain NumPy (torch through the calibrators): no Ray, no MLflow.
+The fits run one by one or in spawned worker processes (``processes``), each with torch on
+one thread. The module is NumPy and torch: no Ray, no MLflow.
 """
 
 import logging
 import math
+import multiprocessing
+import os
 import pickle
 import zipfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from raysearch.calibration.published import KINDS, PUBLISHED, PublishedNumber
 from raysearch.metrics import softmax, table_summary
@@ -50,6 +56,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_TOLERANCE = 0.3
 #: Bins of the ECE in every published number checked here (15 equal-width bins).
 N_BINS = 15
+#: With ``processes=None``, fits run in worker processes only when their validation logits
+#: hold at least this many entries in all (a worker's start, importing torch, costs ~2 s).
+_PARALLEL_MIN_ENTRIES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -280,6 +289,81 @@ def _evaluate(
     return 100.0 * values["ece"], 100.0 * values["accuracy"]
 
 
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """Torch on one thread inside, the caller's thread count restored after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _evaluate_row(
+    published: PublishedNumber, data: tuple[np.ndarray, ...]
+) -> tuple[float, float] | str:
+    """:func:`_evaluate` on one torch thread, or the one-line error of a failed fit.
+
+    One thread makes a fit's numbers the same in this process and in a worker, whatever the
+    machine's number of cores.
+    """
+    try:
+        with _one_thread():
+            return _evaluate(published, data)
+    except (ValueError, RuntimeError, ArithmeticError, np.linalg.LinAlgError) as exc:
+        return " ".join(str(exc).split())
+
+
+_FitKey = tuple[Path, str | None, str]
+_FitTask = tuple[_FitKey, PublishedNumber, tuple[np.ndarray, ...]]
+
+
+def _fit_key(published: PublishedNumber, path: Path) -> _FitKey:
+    """What a row's number depends on: the file, the calibrator and its parameters."""
+    return path, published.calibrator, repr(sorted(published.params.items()))
+
+
+def _fit_tasks(
+    published: Sequence[PublishedNumber],
+    loaded: dict[tuple[str, ...], tuple[Path, tuple[np.ndarray, ...]]],
+) -> list[_FitTask]:
+    """One (key, row, data) per distinct fit of the rows of the used files, in row order."""
+    tasks: dict[_FitKey, _FitTask] = {}
+    for pub in published:
+        if pub.files in loaded and not pub.average_of:
+            path, data = loaded[pub.files]
+            key = _fit_key(pub, path)
+            tasks.setdefault(key, (key, pub, data))
+    return list(tasks.values())
+
+
+def _fit_results(
+    tasks: Sequence[_FitTask], processes: int | None,
+) -> Iterator[tuple[_FitKey, tuple[float, float] | str]]:
+    """(key, result of :func:`_evaluate_row`) of every task, in the order of ``tasks``.
+
+    The fits run here one by one, or in ``processes`` spawned workers (``None``: one per CPU
+    core, where the fits are big enough to pay for the workers' start); each result is the
+    same either way.
+    """
+    if processes is None:
+        entries = sum(data[0].size for _, _, data in tasks)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        processes = (cores or os.cpu_count() or 1) if entries >= _PARALLEL_MIN_ENTRIES else 1
+    workers = min(processes, len(tasks))
+    if workers <= 1:
+        for key, pub, data in tasks:
+            yield key, _evaluate_row(pub, data)
+        return
+    # spawn, not fork: the caller may hold torch/OpenMP threads that a fork would break
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = [(key, pool.submit(_evaluate_row, pub, data)) for key, pub, data in tasks]
+        for key, future in futures:
+            yield key, future.result()
+
+
 def _average(published: PublishedNumber, rows: Sequence[ReproductionRow]) -> ReproductionRow:
     """Our row for an average row: the mean of our rows it averages (NaN if one is missing)."""
     parts = [
@@ -355,6 +439,7 @@ def reproduce(
     published: Sequence[PublishedNumber] = PUBLISHED,
     allow_pickle: bool = False,
     progress: Callable[[str], None] | None = None,
+    processes: int | None = None,
 ) -> ReproductionReport:
     """Compute our number for every published result whose output file is under ``data_dir``.
 
@@ -374,21 +459,29 @@ def reproduce(
             Defaults to ``False``.
         progress: called with one line per file found and per row as it is computed (e.g.
             ``click.echo``). Defaults to ``None``.
+        processes: number of worker processes the fits run in (>= 1; 1 runs them in this
+            process), or ``None`` for one per CPU core when the fits are big (validation
+            logits of 10^6 entries in all, e.g. the Table 2 files), else 1. Every fit runs
+            with torch on one thread, so the numbers do not depend on it. Defaults to
+            ``None``.
 
     Returns:
         The :class:`ReproductionReport`; ``report.passed`` is False when a checked row misses.
 
     Raises:
         FileNotFoundError: if ``data_dir`` is not a directory.
-        ValueError: if ``tolerance`` is negative or NaN, or no file under ``data_dir`` can be
-            used (none has a released name, or each one is skipped: the message names them
-            with the reasons).
+        ValueError: if ``tolerance`` is negative or NaN, ``processes`` is below 1, or no file
+            under ``data_dir`` can be used (none has a released name, or each one is skipped:
+            the message names them with the reasons).
     """
     folder = Path(data_dir)
     if not folder.is_dir():
         raise FileNotFoundError(f"no such directory: {folder}")
     if not (isinstance(tolerance, (int, float)) and tolerance >= 0):
         raise ValueError(f"`tolerance` must be a number >= 0 (ECE points), got {tolerance!r}")
+    if processes is not None and not (isinstance(processes, int) and not isinstance(processes, bool)
+                                            and processes >= 1):
+        raise ValueError(f"`processes` must be an integer >= 1 or None, got {processes!r}")
     loaded, found = _scan(folder, published, allow_pickle)
     if not loaded:
         expected = ", ".join(dict.fromkeys(name for pub in published for name in pub.files))
@@ -403,7 +496,8 @@ def reproduce(
     if progress is not None:
         used = ", ".join(str(f.path.relative_to(folder)) for f in found if f.used)
         progress(f"{len(found)} file(s) under {folder}, {len(loaded)} used: {used}")
-    cache: dict[tuple[Path, str | None, str], tuple[float, float] | str] = {}
+    results = _fit_results(_fit_tasks(published, loaded), processes)
+    cache: dict[_FitKey, tuple[float, float] | str] = {}
     rows: list[ReproductionRow] = []
     for pub in published:
         if pub.files not in loaded:
@@ -413,12 +507,10 @@ def reproduce(
         if pub.average_of:
             row = _average(pub, rows)
         else:
-            key = (path, pub.calibrator, repr(sorted(pub.params.items())))
-            if key not in cache:
-                try:
-                    cache[key] = _evaluate(pub, data)
-                except (ValueError, RuntimeError, ArithmeticError, np.linalg.LinAlgError) as exc:
-                    cache[key] = " ".join(str(exc).split())
+            key = _fit_key(pub, path)
+            while key not in cache:  # the fits come in the order of their first row
+                done, result = next(results)
+                cache[done] = result
             result = cache[key]
             if isinstance(result, str):
                 row = ReproductionRow(pub, path, error=result)

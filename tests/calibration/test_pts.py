@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from raysearch.calibration import calibrator_parameters, fit_calibrator
+from raysearch.calibration.classwise import ClasswiseLossScaling
 from raysearch.calibration.objectives import build_objective
 from raysearch.calibration.pts import (
     ParameterizedTemperatureScaling,
@@ -190,6 +191,45 @@ class TestSCTLPTS:
         assert np.isfinite(cal.predict_proba(logits)).all()
         assert "ts_temperature_start" not in cal.params_
         assert cal.params_["temperature_min"] <= cal.params_["temperature_max"]
+
+    @pytest.mark.parametrize("loss", ["nll", "ls", "focal", "classwise"])
+    def test_the_transposed_softmax_gives_the_plain_softmax_fit(self, loss):
+        # pts_sctl takes its softmax over K on (K, N) logits; a fit with the plain (N, K)
+        # softmax(z / T[:, None], dim=1) of the released code ends at the same network
+        class Plain(SCTLParameterizedTemperatureScaling):
+            def _logit_tensor(self, z):
+                return torch.from_numpy(z)
+
+            def _log_probs(self, z_t, features):
+                return torch.log_softmax(z_t / self._temperature_tensor(features)[:, None], 1)
+
+        logits, labels = _synthetic(n=1500, k=100, seed=11)
+        logits = logits + 5.0  # raw logits, as the MLP sees them: not centred at 0
+        objective = build_objective("nll" if loss == "classwise" else loss)
+        fitted = []
+        for cls in (SCTLParameterizedTemperatureScaling, Plain):
+            cal = cls(objective, steps=60)
+            if loss == "classwise":
+                cal = ClasswiseLossScaling(cal)
+            fitted.append(cal.fit(logits, labels))
+        ours, plain = fitted
+        base = ours.base if loss == "classwise" else ours
+        plain_base = plain.base if loss == "classwise" else plain
+        scale = np.abs(plain_base.losses_).max()
+        np.testing.assert_allclose(base.losses_, plain_base.losses_, rtol=0, atol=1e-10 * scale)
+        np.testing.assert_allclose(
+            ours.predict_proba(logits), plain.predict_proba(logits), rtol=0, atol=1e-10
+        )
+        temperatures = plain_base.temperatures(logits)
+        np.testing.assert_allclose(
+            base.temperatures(logits), temperatures, rtol=1e-10, atol=0
+        )
+        # and the prediction is softmax(z / T_n) of those temperatures
+        np.testing.assert_allclose(
+            ours.predict_proba(logits), softmax(logits / temperatures[:, None]), rtol=0,
+            atol=1e-10,
+        )
+        assert ours.predict_proba(logits).flags.c_contiguous
 
     def test_non_finite_training_loss_raises(self):
         # logits near the float64 maximum overflow the MLP (inf - inf = NaN)
