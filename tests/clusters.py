@@ -1,15 +1,20 @@
-"""Processes the cluster and fault tests start: a Ray cluster of several nodes on this machine,
-and a real `mlflow server` that a drill can stop and start again."""
+"""Processes the cluster, fault and team-store tests start: a Ray cluster of several nodes on
+this machine, a real `mlflow server` that a drill can stop and start again, a real PostgreSQL."""
 
 from __future__ import annotations
 
 import os
+import pwd
+import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,18 +44,25 @@ def start_cluster(head_cpus: int, *worker_cpus: int, dashboard: bool = False) ->
     return cluster
 
 
-def start_mlflow_server(root: Path, port: int, *, timeout: float = 120.0) -> subprocess.Popen:
-    """A real `mlflow server` on 127.0.0.1:`port` over the SQLite store and artifacts in `root`.
+def start_mlflow_server(root: Path, port: int, *, timeout: float = 120.0,
+                        backend_store_uri: str | None = None,
+                        artifacts_destination: str | None = None,
+                        env: dict[str, str] | None = None) -> subprocess.Popen:
+    """A real `mlflow server` on 127.0.0.1:`port`, its log in `root`.
 
-    Returns once its ``/health`` answers; the caller stops it (:func:`stop_process`). Started
-    again on the same `root` and `port`, it serves the same store (a server that came back).
+    Its store is `backend_store_uri` (default: SQLite in `root`), its artifacts go to
+    `artifacts_destination` (default: a folder of `root`); `env`: more variables of the server
+    (a database password, S3 credentials). Returns once its ``/health`` answers; the caller
+    stops it (:func:`stop_process`). Started again on the same `root` and `port`, it serves the
+    same store (a server that came back).
     """
     log = open(root / "server.log", "a")  # noqa: SIM115 (the process writes it)
-    env = {**os.environ, "MLFLOW_LOGGING_LEVEL": "WARNING"}
+    env = {**os.environ, "MLFLOW_LOGGING_LEVEL": "WARNING", **(env or {})}
     proc = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
-         "--artifacts-destination", str(root / "artifacts"), "--workers", "1"],
+         "--backend-store-uri", backend_store_uri or f"sqlite:///{root / 'server.db'}",
+         "--artifacts-destination", artifacts_destination or str(root / "artifacts"),
+         "--workers", "1"],
         stdout=log, stderr=subprocess.STDOUT, env=env,
         start_new_session=True)  # its own process group: the server's workers stop with it
     log.close()
@@ -84,3 +96,124 @@ def stop_process(proc: subprocess.Popen, timeout: float = 20.0, *, kill: bool = 
     except subprocess.TimeoutExpired:
         signal_group(signal.SIGKILL)
         proc.wait()
+
+
+def postgres_binary(name: str) -> str | None:
+    """PostgreSQL's program `name` (``initdb``, ``postgres``): on ``PATH``, else where Debian's
+    ``postgresql`` package puts it (``/usr/lib/postgresql/<major>/bin``, the newest); None."""
+    found = shutil.which(name)
+    if found:
+        return str(Path(found).resolve())
+    folders = sorted(Path("/usr/lib/postgresql").glob("*/bin"),
+                     key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0)
+    for folder in reversed(folders):
+        if (folder / name).is_file():
+            return str(folder / name)
+    return None
+
+
+@dataclass
+class Postgres:
+    """A PostgreSQL server this test session started on 127.0.0.1 (:func:`start_postgres`).
+
+    Its superuser :attr:`user` logs in over TCP with :attr:`password` (SCRAM); clients take the
+    password from ``PGPASSWORD`` (:attr:`env`), never from a URL.
+    """
+
+    proc: subprocess.Popen
+    port: int
+    root: Path
+    user: str
+    password: str
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a client's environment needs: the password (``PGPASSWORD``)."""
+        return {"PGPASSWORD": self.password}
+
+    def uri(self, database: str) -> str:
+        """The SQLAlchemy URL of `database`, without the password."""
+        return f"postgresql://{self.user}@127.0.0.1:{self.port}/{database}"
+
+    def connect(self, database: str = "postgres") -> Any:
+        """A psycopg2 connection to `database` (the caller closes it)."""
+        import psycopg2
+
+        return psycopg2.connect(host="127.0.0.1", port=self.port, user=self.user,
+                                password=self.password, dbname=database, connect_timeout=5)
+
+    def create_database(self, name: str) -> str:
+        """Create database `name`; return its URL (:meth:`uri`)."""
+        conn = self.connect()
+        try:
+            conn.autocommit = True  # CREATE DATABASE cannot run in a transaction
+            with conn.cursor() as cur:
+                cur.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            conn.close()
+        return self.uri(name)
+
+    def stop(self) -> None:
+        """Fast shutdown (SIGINT to the postmaster this session started), then remove its files."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def start_postgres(port: int, *, timeout: float = 60.0) -> Postgres:
+    """A fresh PostgreSQL cluster (``initdb``) served by ``postgres`` on 127.0.0.1:`port`.
+
+    PostgreSQL refuses to run as root: as root, both run as the unprivileged ``postgres`` user
+    (``setpriv``, which execs, so the process this returns is the postmaster itself), in a
+    temporary folder that user owns; otherwise as the current user. Durability is off (fsync,
+    synchronous commits): a test's database. The caller stops it (:meth:`Postgres.stop`).
+
+    Raises:
+        RuntimeError: if a binary is missing, no unprivileged user exists, or it does not start.
+    """
+    initdb, postgres = postgres_binary("initdb"), postgres_binary("postgres")
+    if initdb is None or postgres is None:
+        raise RuntimeError("PostgreSQL's initdb/postgres not found")
+    root = Path(tempfile.mkdtemp(prefix="raysearch-pg-"))
+    demote: list[str] = []
+    if os.geteuid() == 0:
+        user = pwd.getpwnam("postgres")  # KeyError: no such user
+        os.chown(root, user.pw_uid, user.pw_gid)
+        demote = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
+                  "--init-groups", "--"]
+    password = secrets.token_hex(12)
+    (root / "pw").write_text(password + "\n")
+    if demote:
+        os.chown(root / "pw", user.pw_uid, user.pw_gid)
+    done = subprocess.run([*demote, initdb, "-D", str(root / "data"), "-U", "raysearch",
+                           f"--pwfile={root / 'pw'}", "--auth-host=scram-sha-256",
+                           "--auth-local=trust", "-E", "UTF8", "--no-sync"],
+                          capture_output=True, text=True, cwd=root, timeout=120)
+    (root / "pw").unlink()
+    if done.returncode != 0:
+        shutil.rmtree(root, ignore_errors=True)
+        raise RuntimeError(f"initdb failed: {done.stderr[-2000:]}")
+    log = open(root / "server.log", "w")  # noqa: SIM115 (the process writes it)
+    proc = subprocess.Popen(
+        [*demote, postgres, "-D", str(root / "data"), "-h", "127.0.0.1", "-p", str(port),
+         "-k", str(root), "-c", "fsync=off", "-c", "synchronous_commit=off",
+         "-c", "full_page_writes=off"],
+        stdout=log, stderr=subprocess.STDOUT, cwd=root)
+    log.close()
+    server = Postgres(proc, port, root, "raysearch", password)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            server.connect().close()
+            return server
+        except Exception:  # noqa: BLE001 (psycopg2.OperationalError while it starts)
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = (root / "server.log").read_text()[-2000:]
+                server.stop()
+                raise RuntimeError(f"postgres did not start: {tail}") from None
+            time.sleep(0.3)

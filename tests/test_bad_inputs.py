@@ -226,6 +226,18 @@ def _storage_under_file(tmp):
     return ["sweep", "ce", "--storage-path", str(blocker / "ray")], ["blocker"]
 
 
+def _optuna_storage_with_password(tmp):
+    url = "postgresql://alice:s3cret@127.0.0.1:5432/optuna"
+    return ["sweep", "ce", "--optuna-storage", url], [
+        "--optuna-storage postgresql://alice:***@127.0.0.1:5432/optuna holds a password",
+        "PGPASSWORD"]
+
+
+def _optuna_storage_unreachable(tmp):
+    url = f"postgresql://alice@127.0.0.1:{_free_port()}/optuna"
+    return ["sweep", "ce", "--optuna-storage", url], [f"cannot open the Optuna storage {url}"]
+
+
 def _model_param_without_value(tmp):
     return ["sweep", "ce", "--model-param", "hidden", "--dry-run"], ["--model-param", "hidden"]
 
@@ -241,7 +253,8 @@ CASES = [
     _calibrate_mismatched_n, _calibrate_unknown_calibrator, _train_corrupt_export,
     _train_unknown_key, _train_export_aliases, _resume_missing, _report_missing, _export_missing,
     _storage_under_file,
-    _model_param_without_value, _sync_missing,
+    _model_param_without_value, _sync_missing, _optuna_storage_with_password,
+    _optuna_storage_unreachable,
 ]
 
 
@@ -265,6 +278,7 @@ def _assert_clean_failure(result, needles) -> None:
     assert lines[0][len("error: "):].strip(), lines
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
+    assert "s3cret" not in out + result.stderr  # a password is never echoed
 
 
 @pytest.mark.parametrize("build", CASES, ids=[c.__name__.lstrip("_") for c in CASES])

@@ -41,6 +41,21 @@ def test_a_tracking_server_puts_the_study_under_the_storage_path(tmp_path, monke
         f"{tmp_path.resolve()}/optuna.log"
 
 
+def test_optuna_storage_given_wins_and_never_holds_a_password(tmp_path, monkeypatch):
+    # a team's database (tests/test_team_store.py runs sweeps against a real one)
+    url = "postgresql://alice@db.internal:5432/optuna"
+    assert sweep_study.optuna_storage_url("http://127.0.0.1:5000", "s3://bucket/ray", url) == url
+    # a journal file of one's choosing (an NFS mount), made absolute
+    monkeypatch.chdir(tmp_path)
+    assert sweep_study.optuna_storage_url("sqlite:////data/m.db", "/data/ray", "shared/o.log") \
+        == f"{tmp_path.resolve()}/shared/o.log"
+    with pytest.raises(ValueError, match=r"postgresql://alice:\*\*\*@db\.internal:5432/optuna "
+                                         r"holds a password") as caught:
+        sweep_study.optuna_storage_url("http://127.0.0.1:5000", "/data/ray",
+                                       "postgresql://alice:s3cret@db.internal:5432/optuna")
+    assert "s3cret" not in str(caught.value)
+
+
 @pytest.mark.parametrize("kind", ["journal", "sqlite"])
 def test_a_study_name_is_taken_once_per_storage(tmp_path, kind):
     # a journal file for new sweeps; the SQLite URL older sweeps recorded still opens

@@ -152,6 +152,11 @@ SWEEP_RUN_OPTIONS = [
     click.option("--storage-path", default=None, metavar="PATH|URI",
                  help="Where Tune keeps checkpoints: a folder (an NFS mount on a cluster) or "
                       "s3://bucket/prefix, gs://bucket/prefix [default: ~/ray_results]."),
+    click.option("--optuna-storage", default=None, metavar="URL|PATH",
+                 help="Where the sweep's Optuna study lives: a database URL such as "
+                      "postgresql://USER@HOST:5432/optuna (the password in PGPASSWORD, never in "
+                      "the URL) or a journal file [default: optuna.log beside a SQLite store, "
+                      "else in --storage-path, else in the current folder]."),
     click.option("--posthoc", default="ts", show_default=True,
                  help="Post-hoc calibrators fitted per trial on validation logits, comma-separated "
                       "(ts, ets, cts, pts, ts_sbece, ts_hb_ece, dirichlet, ...; `raysearch list "

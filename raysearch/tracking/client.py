@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from raysearch.config import RunConfig
@@ -56,7 +57,9 @@ def ensure_experiment(client: MlflowClient, name: str, uri: str) -> str:
     """Id of experiment `name`, created if missing (artifacts beside a SQLite store, absolute).
 
     The experiment is tagged :data:`EXPERIMENT_KIND_TAG` = :data:`EXPERIMENT_KIND` (MLflow 3's
-    "model training" kind), so the MLflow UI does not ask which kind of experiment it is.
+    "model training" kind), so the MLflow UI does not ask which kind of experiment it is. Two
+    drivers that create it at the same moment (two people's first sweeps on a shared server)
+    get the same experiment.
 
     Raises:
         ValueError: for an empty `name`.
@@ -72,8 +75,13 @@ def ensure_experiment(client: MlflowClient, name: str, uri: str) -> str:
     if uri.startswith("sqlite:///"):
         root = Path(uri[len("sqlite:///"):]).parent / "mlartifacts"
         location = root.resolve().as_uri()
-    return client.create_experiment(name, artifact_location=location,
-                                    tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+    try:
+        return client.create_experiment(name, artifact_location=location,
+                                        tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        return client.get_experiment_by_name(name).experiment_id  # another driver made it
 
 
 def _numeric_metrics(result: dict[str, Any]) -> dict[str, float]:
@@ -226,11 +234,21 @@ def _split_labels(split: Any) -> Any:
 
 def log_dataset(client: MlflowClient, run_id: str, record: dict[str, Any],
                 context: str = "training") -> None:
-    """Attach `record` (:func:`dataset_record`) to `run_id` as an MLflow dataset input."""
+    """Attach `record` (:func:`dataset_record`) to `run_id` as an MLflow dataset input.
+
+    An experiment holds one dataset row per name and digest, which MLflow's SQL store looks
+    up and then inserts: two drivers logging the same new dataset at the same moment (two
+    sweeps of one team on the same data) both insert it, and one gets a duplicate-key error.
+    That one logs it again once, and then finds the other's row.
+    """
     dataset = Dataset(name=record["name"], digest=record["digest"], source_type="local",
                       source=json.dumps({"uri": record["source"]}), profile=record["profile"])
-    client.log_inputs(run_id, datasets=[DatasetInput(dataset, tags=[
-        InputTag("mlflow.data.context", context)])])
+    inputs = [DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)])]
+    try:
+        client.log_inputs(run_id, datasets=inputs)
+    except MlflowException:
+        time.sleep(0.5)
+        client.log_inputs(run_id, datasets=inputs)
 
 
 def log_metrics(client: MlflowClient, run_id: str, metrics: dict[str, float], step: int) -> None:

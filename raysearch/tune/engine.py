@@ -205,14 +205,15 @@ def run_sweep(space: str | Path | SearchSpace, settings: SweepSettings | None = 
     client, uri = tracking.get_client(settings.tracking_uri, write=True)
     name = settings.name or default_sweep_name(plan.space)
     check_new_sweep_name(client, settings.experiment, name)
+    ray_client = (settings.address or "").startswith("ray://")  # the searcher runs on the head
+    optuna_url = None if ray_client else sweep_study.optuna_storage_url(
+        uri, storage, settings.optuna_storage)
+    if optuna_url:
+        sweep_study.check_new_study(optuna_url, name)
     experiment_id = tracking.ensure_experiment(client, settings.experiment, uri)
     check_ray_address(settings.address)
     init_ray(settings.address, plan.modules)
     check_resources(settings.resources, settings.address)
-    ray_client = (settings.address or "").startswith("ray://")  # the searcher runs on the head
-    optuna_url = None if ray_client else sweep_study.optuna_storage_url(uri, storage)
-    if optuna_url:
-        sweep_study.check_new_study(optuna_url, name)
     parent_id = _start_parent(client, experiment_id, name, plan, storage, optuna_url)
     say(_start_line(name, plan, uri))
     return execute(plan, client, uri, experiment_id, parent_id, name, storage, say,
@@ -514,12 +515,12 @@ def _new_tuner(plan: SweepPlan, trainable: Any, callback: Any, name: str, storag
     # a conditional space (all.yaml) first gives every method one trial, in file order, so
     # that each method is on the board before the sampler concentrates on the good ones
     warm_start = [{"method": m} for m in space.methods] if space.conditional else None
-    # the study lives in an Optuna journal file, named after the sweep (the parent run's tags
-    # point to it; in memory through a Ray Client); Tune pickles the searcher with it, and a
-    # restored one reads the same study back
+    # the study lives in an Optuna journal file or the --optuna-storage database, named after
+    # the sweep (the parent run's tags point to it; in memory through a Ray Client); Tune
+    # pickles the searcher with it, and a restored one reads the same study back
     optuna_url = None if (settings.address or "").startswith("ray://") else \
         sweep_study.optuna_storage_url(tracking.resolve_tracking_uri(settings.tracking_uri),
-                                       storage)
+                                       storage, settings.optuna_storage)
     searcher = CompletedOnlyOptunaSearch(
         space=space.define_by_run, metric=metric, mode=mode,
         sampler=make_sampler(settings.sampler, settings.seed),

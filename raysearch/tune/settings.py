@@ -167,6 +167,12 @@ class SweepSettings(BaseModel):
         address: address of an existing Ray cluster (None: start a local Ray).
         storage_path: where Tune keeps trial checkpoints: a local folder (an NFS mount on a
             cluster) or a URI such as ``s3://bucket/prefix`` (default ``~/ray_results``).
+        optuna_storage: where the sweep's Optuna study lives: a database URL without a
+            password (``postgresql://user@host:5432/optuna``; the driver's ``PGPASSWORD`` or
+            the database's other client settings give it) or an Optuna journal file; None
+            (default): a journal beside a SQLite store, else in the storage path
+            (:func:`raysearch.tune.study.optuna_storage_url`). Through a Ray Client
+            (``ray://``) the study stays in the searcher's memory.
         n_bins: bins of the reported calibration errors.
         posthoc: post-hoc calibrators fitted on each trial's validation logits and measured on
             its test logits (``test_ece_ts``, ...); empty for none.
@@ -241,6 +247,7 @@ class SweepSettings(BaseModel):
     tolerance: float = 0.01
     address: str | None = None
     storage_path: str | None = None
+    optuna_storage: str | None = None
     n_bins: int = 15
     posthoc: tuple[str, ...] = ("ts",)
     checkpoint_every: int | None = None

@@ -9,6 +9,12 @@ the study's name (tag :data:`STUDY_TAG`), so that ``optuna-dashboard <path>`` sh
 while the sweep runs and ``raysearch report NAME --importance`` (:func:`importance_lines`)
 reads it afterwards.
 
+A team's sweeps (an ``mlflow server`` on PostgreSQL, Tune's storage in S3) keep their studies
+in a database of their own (``--optuna-storage postgresql://user@host/optuna``: an
+``optuna.storages.RDBStorage``), so that ``--resume`` and ``report --importance`` work from any
+machine that reaches the servers. The URL carries no password (it is recorded in the parent
+run's tag and pickled with Tune's searcher): PostgreSQL's client takes it from ``PGPASSWORD``.
+
 Why a journal and not SQLite: the searcher asks and tells in Tune's control loop, between one
 trial's end and the next one's start on the same worker. With an SQLite ``RDBStorage`` an ask
 with its suggestions cost ~21 ms and a tell ~4 ms (a commit each, and the TPE sampler reads the
@@ -34,11 +40,14 @@ Part of the tune layer; imports Optuna at import time, MLflow (through
 
 from __future__ import annotations
 
+import time
 import warnings
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import optuna
+import sqlalchemy.exc
 from optuna.storages.journal import JournalFileBackend
 
 from raysearch.tune.storage import is_uri
@@ -47,8 +56,9 @@ __all__ = ["STORAGE_FILE", "STORAGE_TAG", "STUDY_TAG", "check_new_study", "creat
            "fail_stale_trials", "importance_lines", "load_sweep_study", "open_storage",
            "optuna_storage_url", "param_importances"]
 
-#: Parent-run tag holding the sweep's Optuna storage: a journal file's absolute path (an
-#: ``sqlite:///`` URL for sweeps of an older raysearch).
+#: Parent-run tag holding the sweep's Optuna storage: a journal file's absolute path, or a
+#: database URL without a password (``--optuna-storage``; an ``sqlite:///`` URL for sweeps of
+#: an older raysearch).
 STORAGE_TAG = "raysearch.optuna_storage"
 #: Parent-run tag holding the name of the sweep's Optuna study (the sweep's name).
 STUDY_TAG = "raysearch.optuna_study"
@@ -56,11 +66,18 @@ STUDY_TAG = "raysearch.optuna_study"
 STORAGE_FILE = "optuna.log"
 #: Seconds an SQLite write (a sweep recorded with an ``sqlite:///`` URL) waits for a reader.
 SQLITE_TIMEOUT_S = 30.0
+#: Seconds a connection to a PostgreSQL study database may take before it fails.
+CONNECT_TIMEOUT_S = 10.0
+#: Times a database storage is opened before its error is final (another driver may be
+#: creating the same tables meanwhile).
+CREATE_ATTEMPTS = 5
 
 
-def optuna_storage_url(tracking_uri: str, storage_path: str) -> str:
-    """Where the Optuna study of a sweep lives: the absolute path of its journal file.
+def optuna_storage_url(tracking_uri: str, storage_path: str, given: str | None = None) -> str:
+    """Where the Optuna study of a sweep lives: a database URL, or a journal file's absolute path.
 
+    - `given` (``--optuna-storage``): a URL with a scheme as it is (``postgresql://user@host/db``;
+      refused if it holds a password), a path made absolute.
     - A SQLite MLflow store (``sqlite:////abs/path/mlruns.db``; a relative one is taken
       against the current directory): ``/abs/path/optuna.log``, in the same folder.
     - Any other store (an ``http(s)://`` tracking server, a database URI): ``optuna.log`` in the
@@ -73,10 +90,24 @@ def optuna_storage_url(tracking_uri: str, storage_path: str) -> str:
     Args:
         tracking_uri (str): the sweep's MLflow tracking URI.
         storage_path (str): the sweep's Tune storage path (a local folder or a URI).
+        given (str | None): the sweep's ``optuna_storage`` setting; None: the defaults above.
 
     Returns:
-        str: an absolute path ending in ``optuna.log``.
+        str: the URL, or an absolute path (ending in ``optuna.log`` by default).
+
+    Raises:
+        ValueError: if `given` is a URL holding a password (one line, the password masked).
     """
+    if given:
+        if "://" not in given:
+            return str(Path(given).expanduser().resolve())
+        parts = urlsplit(given)
+        if parts.password is not None:
+            masked = given.replace(f":{parts.password}@", ":***@", 1)
+            raise ValueError(f"--optuna-storage {masked} holds a password: the sweep records "
+                             "this URL in MLflow and in Tune's state; leave it out and set "
+                             "PGPASSWORD (or the database's own client settings) instead")
+        return given
     if tracking_uri.startswith("sqlite:///"):
         folder = (Path.cwd() / tracking_uri[len("sqlite:///"):]).resolve().parent
     elif storage_path.startswith("file://"):
@@ -93,24 +124,51 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
 
     A path (what :func:`optuna_storage_url` gives): an ``optuna.storages.JournalStorage`` over
     a ``JournalFileBackend`` (file locks, so ``optuna-dashboard`` may read it meanwhile). A URL
-    with a scheme (``sqlite:///.../optuna.db``, recorded by sweeps of an older raysearch): an
-    ``optuna.storages.RDBStorage``, where SQLite waits up to :data:`SQLITE_TIMEOUT_S` for a
-    lock held by a reader. Either pickles with its location and reads it again when unpickled
-    (how Tune saves and restores a searcher).
+    with a scheme: an ``optuna.storages.RDBStorage``: ``postgresql://...`` (a team's database;
+    a connection attempt gives up after :data:`CONNECT_TIMEOUT_S`), or ``sqlite:///.../optuna.db``
+    (recorded by sweeps of an older raysearch), where SQLite waits up to :data:`SQLITE_TIMEOUT_S`
+    for a lock held by a reader. Either pickles with its location and reads it again when
+    unpickled (how Tune saves and restores a searcher).
+
+    Two drivers that open a fresh database at the same moment both create Optuna's tables (and
+    its schema version), and the one that loses a race to a table gets an error of the
+    database: it opens the storage again, up to :data:`CREATE_ATTEMPTS` times a second apart.
 
     Raises:
         ValueError: if the storage cannot be opened or created (one line naming `url`).
     """
-    try:
-        if "://" not in url:
+    if "://" not in url:
+        try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 return optuna.storages.JournalStorage(JournalFileBackend(url))
-        return optuna.storages.RDBStorage(
-            url, engine_kwargs={"connect_args": {"timeout": SQLITE_TIMEOUT_S}})
-    except Exception as exc:  # noqa: BLE001 (SQLAlchemy's or the file system's errors)
-        reason = " ".join(str(exc).split())[:200]
-        raise ValueError(f"cannot open the Optuna storage {url}: {reason}") from None
+        except Exception as exc:  # noqa: BLE001 (the file system's errors)
+            raise _unusable(url, exc) from None
+    for attempt in range(1, CREATE_ATTEMPTS + 1):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as exc:
+            if attempt == CREATE_ATTEMPTS:  # not (only) another driver creating the tables
+                raise _unusable(url, exc) from None
+            time.sleep(1.0)
+        except Exception as exc:  # noqa: BLE001 (SQLAlchemy's and the driver's errors)
+            raise _unusable(url, exc) from None
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _unusable(url: str, exc: Exception) -> ValueError:
+    """The one-line error of a storage that cannot be opened."""
+    return ValueError(f"cannot open the Optuna storage {url}: {' '.join(str(exc).split())[:200]}")
+
+
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    """SQLAlchemy engine arguments of an Optuna database at `url` (by its dialect)."""
+    if url.startswith("sqlite"):
+        return {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
+    if url.startswith("postgresql"):
+        return {"connect_args": {"connect_timeout": int(CONNECT_TIMEOUT_S)},
+                "pool_pre_ping": True}
+    return {"pool_pre_ping": True}
 
 
 def check_new_study(url: str, name: str) -> None:
