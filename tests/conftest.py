@@ -102,7 +102,8 @@ def postgres_server():
         try:
             pwd.getpwnam("postgres")
         except KeyError:
-            pytest.skip("no 'postgres' user to run PostgreSQL as (it refuses to run as root)")
+            pytest.skip("running as root and no 'postgres' user to run PostgreSQL as (PostgreSQL "
+                        "refuses root; apt-get install postgresql creates the user)")
     server = start_postgres(free_port())
     yield server
     server.stop()

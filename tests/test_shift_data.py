@@ -128,6 +128,23 @@ def test_cifar_c_save_and_load_materialises_the_entries(cifar_c, tmp_path):
     np.testing.assert_array_equal(loaded.index, shift_set.index)
 
 
+def _fixed_model(images, labels):
+    """A fixed 4-class model: 0.7 on the true class of a test image (0.1 elsewhere); a black
+    image -> 0.4 on class 0 (0.2 elsewhere). Returns its ``predict_logits``."""
+    label_of = {image.tobytes(): int(y) for image, y in zip(images, labels, strict=True)}
+
+    def predict_logits(batch: np.ndarray) -> np.ndarray:
+        probs = np.full((len(batch), 4), 0.1)
+        for i, image in enumerate(batch):
+            if not image.any():
+                probs[i] = [0.4, 0.2, 0.2, 0.2]
+            else:
+                probs[i, label_of[image.tobytes()]] = 0.7
+        return np.log(probs)
+
+    return predict_logits
+
+
 def test_evaluate_shift_on_a_released_set(tmp_path):
     """Hand-derived metrics per (corruption, severity) and the means per severity.
 
@@ -150,17 +167,7 @@ def test_evaluate_shift_on_a_released_set(tmp_path):
         "dark": [black] * 5,
         "fade": [images, images, black, black, black],
     }, labels)
-    label_of = {image.tobytes(): int(y) for image, y in zip(images, labels, strict=True)}
-
-    def predict_logits(batch: np.ndarray) -> np.ndarray:
-        probs = np.full((len(batch), 4), 0.1)
-        for i, image in enumerate(batch):
-            if not image.any():
-                probs[i] = [0.4, 0.2, 0.2, 0.2]
-            else:
-                probs[i, label_of[image.tobytes()]] = 0.7
-        return np.log(probs)
-
+    predict_logits = _fixed_model(images, labels)
     shift_set = load_released_shift_set(folder, images, labels, num_classes=4)
     metrics = evaluate_shift(predict_logits, shift_set).as_metrics()
     # 16 rows x 3 metrics + 6 severities (0-5) x 3 means
@@ -179,22 +186,6 @@ def test_evaluate_shift_on_a_released_set(tmp_path):
     assert metrics["shift_mean_1_accuracy"] == pytest.approx(0.75)
     assert metrics["shift_mean_5_accuracy"] == pytest.approx(0.5)
     assert metrics["shift_mean_5_ece"] == pytest.approx((0.15 + 0.15 + 0.3) / 3, abs=1e-6)
-
-
-def _fixed_model(images, labels):
-    """As in the test above: 0.7 on the true class of a test image; black -> 0.4 on class 0."""
-    label_of = {image.tobytes(): int(y) for image, y in zip(images, labels, strict=True)}
-
-    def predict_logits(batch: np.ndarray) -> np.ndarray:
-        probs = np.full((len(batch), 4), 0.1)
-        for i, image in enumerate(batch):
-            if not image.any():
-                probs[i] = [0.4, 0.2, 0.2, 0.2]
-            else:
-                probs[i, label_of[image.tobytes()]] = 0.7
-        return np.log(probs)
-
-    return predict_logits
 
 
 def test_the_released_19_corruptions_average_over_the_benchmarks_15(tmp_path):

@@ -126,7 +126,8 @@ def test_unknown_model_fails_in_one_line(tmp_path, cifar_dir):
 
 def test_gpus_per_trial_without_a_gpu_is_one_line(ray_session, cifar_dir, tmp_path):
     if ray_session.cluster_resources().get("GPU", 0):
-        pytest.skip("this machine has a GPU")
+        pytest.skip("this test's Ray has a GPU, so --gpus-per-trial 0.5 is granted: there is "
+                    "no refusal to check")
     result = CliRunner().invoke(main, ["sweep", "ls", "--dataset", "cifar10", "--data-dir",
                                        str(cifar_dir), "--gpus-per-trial", "0.5",
                                        "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"])

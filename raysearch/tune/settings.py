@@ -546,8 +546,8 @@ class SweepSettings(BaseModel):
         Paths are made absolute (the trials and a later ``--resume`` may run elsewhere).
 
         Returns:
-            Partial sections, e.g. ``{"seed": 0, "ece_bins": 15, "data": {"name": "cifar10",
-            "dir": "/data/cifar"}, "model": {"params": {"hidden": 64}}}``.
+            Partial sections, e.g. ``{"seed": 0, "ece_bins": 15, "data": {"name":
+            "mypkg.data:load", "dir": "/data/mine"}, "model": {"params": {"hidden": 64}}}``.
         """
         model: dict[str, Any] = {}
         data: dict[str, Any] = {}
