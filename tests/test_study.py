@@ -166,6 +166,16 @@ def test_a_sweep_keeps_its_study_beside_the_mlflow_store(ray_session, tmp_path):
     assert parent.data.tags[sweep_study.STORAGE_TAG] == url
     assert parent.data.tags[sweep_study.STUDY_TAG] == "study-e2e"
 
+    # Tune kept of each report the searched metrics only; the records and MLflow hold all
+    from raysearch.tune.sync import read_trials, snapshot_trials
+
+    tune_path = str(tmp_path / "ray" / "study-e2e")
+    for trial in snapshot_trials(tune_path):
+        assert {"val_accuracy", "val_ece", "completed"} <= set(trial.last_result)
+        assert not {"val_nll", "test_ece", "train_loss"} & set(trial.last_result)
+    assert all({"val_nll", "test_ece"} <= set(r.results[-1]) for r in read_trials(tune_path))
+    assert result.trials["test_ece"].notna().all() and result.trials["val_nll"].notna().all()
+
     study = optuna.load_study(study_name="study-e2e", storage=sweep_study.open_storage(url))
     trials = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
     assert len(trials) == 4 == len(study.trials)

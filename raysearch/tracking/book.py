@@ -53,6 +53,7 @@ class _SweepBook:
         self.last_line: dict[str, float] = {}
         self.nodes: dict[str, str] = {}  # trial id -> Ray node id its (rank-0) process ran on
         self.steps: dict[str, int] = {}  # trial id -> last epoch logged (no duplicate steps)
+        self.last_results: dict[str, dict] = {}  # running trial id -> its last report
         self.retries: dict[str, int] = {}
         self.resumed: dict[str, int] = {}  # trial id -> checkpoint epoch its attempt resumed
         self.sealed: set[str] = set()  # runs ended before a resume: left exactly as they are
@@ -103,12 +104,12 @@ class _SweepBook:
                 self.queue.task_done()
 
     def release(self, tid: str) -> None:
-        """Drop what only a running trial needs: its epochs logged, node, checkpoint epoch.
+        """Drop what only a running trial needs: its epochs logged, node, checkpoint epoch, report.
 
         Called by the writer thread once trial `tid`'s run has its last record; what stays of
         the trial is its run id, start time and number (a few hundred bytes).
         """
-        for kept in (self.steps, self.nodes, self.resumed, self.last_line):
+        for kept in (self.steps, self.nodes, self.resumed, self.last_line, self.last_results):
             kept.pop(tid, None)
 
     def _lost(self, tid: str | None) -> None:

@@ -421,6 +421,8 @@ class MlflowSweepCallback(tune.Callback):
         if tid in book.sealed:
             return
         tags = self._tag_changes(tid, result)
+        # the last report in full: what Tune keeps of it may be only what its searcher reads
+        book.last_results[tid] = {k: v for k, v in result.items() if k != EPOCH_HISTORY}
         # a report carries its own epoch and the unreported epochs before it (EPOCH_HISTORY)
         epochs = []
         for entry in [*result.get(EPOCH_HISTORY, ()), result]:
@@ -492,7 +494,7 @@ class MlflowSweepCallback(tune.Callback):
         self._start(trial)
         tid = trial.trial_id
         book = self.book
-        result = dict(trial.last_result or {})
+        result = self._last_result(trial)
         if tid in book.sealed:  # recorded before a resume (Tune's snapshot was older)
             return
         tags = self._tag_changes(tid, result)
@@ -538,7 +540,17 @@ class MlflowSweepCallback(tune.Callback):
     def on_trial_error(self, iteration: int, trials: list, trial: Any,  # noqa: D102
                        **info: Any) -> None:
         self._start(trial)
-        self._fail(trial, trial_error(trial), dict(trial.last_result or {}), outcome="error")
+        self._fail(trial, trial_error(trial), self._last_result(trial), outcome="error")
+
+    def _last_result(self, trial: Any) -> dict:
+        """A trial's last report in full (Tune's ``trial.last_result`` may hold less of it).
+
+        A sweep's Tuner keeps of each report only the metrics its searcher and scheduler read
+        (:class:`raysearch.tune.lean_results.LeanResults`); this callback keeps the last one of
+        each running trial until the trial ends.
+        """
+        kept = self.book.last_results.pop(trial.trial_id, None)
+        return dict(kept if kept is not None else trial.last_result or {})
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:  # noqa: D102
         self.book.flush()

@@ -41,6 +41,7 @@ from raysearch.tune.cluster import (
     init_ray,
 )
 from raysearch.tune.heap import frozen_heap
+from raysearch.tune.lean_results import LeanResults, kept_metrics
 from raysearch.tune.outcome import FailedTrial, failed_trials
 from raysearch.tune.plan import SweepPlan, build_shift, make_plan
 from raysearch.tune.searchers import RepeatedSearcher
@@ -530,14 +531,17 @@ def _new_tuner(plan: SweepPlan, trainable: Any, callback: Any, name: str, storag
     if settings.repeats > 1:  # R trials per sampled configuration; the sampler sees their mean
         searcher = RepeatedSearcher(searcher, settings.repeats)
     scheduler = None
+    lean = LeanResults(kept_metrics(metric))
     if settings.scheduler == "asha":
         smode = metric_direction(settings.scheduler_metric, calibrators=settings.posthoc)
         scheduler = ASHAScheduler(metric=settings.scheduler_metric, mode=smode,
                                   time_attr="training_iteration", grace_period=1,
                                   max_t=max(settings.epochs or 100, 1))
+        lean = LeanResults(kept_metrics(metric, settings.scheduler_metric))
+    # Tune keeps of each report only what the searcher and scheduler read (LeanResults, last)
     return build_tuner(trainable, search_alg=searcher, scheduler=scheduler,
                        num_samples=settings.trials, max_concurrent=settings.max_concurrent,
-                       name=name, storage_path=storage, callbacks=[callback],
+                       name=name, storage_path=storage, callbacks=[callback, lean],
                        keep_checkpoints=_KEEP_CHECKPOINTS, max_failures=max_failures)
 
 

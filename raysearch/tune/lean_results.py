@@ -1,0 +1,60 @@
+"""What Ray Tune keeps in memory of a trial's reports: the metrics its searcher and scheduler read.
+
+Ray Tune holds every trial of a sweep in the driver until the sweep ends, and with each trial its
+last result and, for every numeric key of it, running statistics (max, min, mean, last, the
+means of the last 5 and 10 reports) and a cached JSON copy of them: with the ~80 metrics of a
+raysearch trial, ~0.2 MiB per trial, 2 GiB over a 10,000-trial sweep. raysearch needs none of
+it: every report is in the trial's ``result.json`` (Tune's ``JsonLoggerCallback``, what
+:mod:`raysearch.tune.sync` and the end of a sweep read) and in MLflow (the sweep's callback
+writes it as it arrives). :class:`LeanResults`, the last of the Tuner's callbacks, trims each
+report in place (Tune's callback API allows it) to what Tune itself reads afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ray import tune
+
+from raysearch.tracking.runs import METRIC_PREFIXES
+from raysearch.training.records import EPOCH_HISTORY
+
+
+class LeanResults(tune.Callback):
+    """A Tune callback that drops from each report the metrics no searcher or scheduler reads.
+
+    Runs after the callbacks that record the reports (it must come last in
+    ``RunConfig.callbacks``): it deletes, in place, the keys that start with
+    :data:`~raysearch.tracking.runs.METRIC_PREFIXES` other than `keep`, and
+    :data:`~raysearch.training.records.EPOCH_HISTORY` (the epochs a report carries for the
+    record). Tune's own keys (``training_iteration``, ``time_*``, ``config``, ...), the trial's
+    flags (``completed``, ``diverged``) and the `keep` metrics stay, so the searcher's
+    ``on_trial_complete`` and the scheduler see what they use; Tune's statistics then cover
+    those few keys only.
+
+    Args:
+        keep: the metric names the searcher and the scheduler read (e.g. ``val_ece``,
+            ``val_accuracy``).
+    """
+
+    def __init__(self, keep: Iterable[str]) -> None:
+        self.keep = frozenset(keep)
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict,  # noqa: D102
+                        **info: Any) -> None:
+        for key in [k for k in result if self._drop(k)]:
+            del result[key]
+
+    def _drop(self, key: Any) -> bool:
+        if not isinstance(key, str) or key in self.keep:
+            return False
+        return key == EPOCH_HISTORY or key.startswith(METRIC_PREFIXES)
+
+
+def kept_metrics(metric: str | list[str], scheduler_metric: str | None = None) -> set[str]:
+    """The metric names a sweep's searcher (`metric`: one or a list) and scheduler read."""
+    names = {metric} if isinstance(metric, str) else set(metric)
+    if scheduler_metric:
+        names.add(scheduler_metric)
+    return names

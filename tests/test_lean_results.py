@@ -1,0 +1,79 @@
+"""Ray Tune keeps of each report only the metrics its searcher and scheduler read."""
+
+from __future__ import annotations
+
+import pytest
+
+from raysearch.training.records import EPOCH_HISTORY
+from raysearch.tune.lean_results import LeanResults, kept_metrics
+
+
+def test_kept_metrics_are_the_searchers_and_the_schedulers():
+    assert kept_metrics("val_ece") == {"val_ece"}
+    assert kept_metrics(["val_accuracy", "val_ece"], "val_nll") == \
+        {"val_accuracy", "val_ece", "val_nll"}
+    assert kept_metrics("val_ece", None) == {"val_ece"}
+
+
+def test_a_report_loses_the_metrics_nobody_reads_and_keeps_tunes_keys():
+    result = {"training_iteration": 3, "time_total_s": 1.5, "config": {"x": 1}, "done": False,
+              "trial_id": "a", "epoch": 3, "completed": True, "diverged": "",
+              "val_ece": 0.1, "val_nll": 0.4, "train_loss": 1.0, "test_ece": 0.2,
+              "shift_ece": 0.3, "test_reliability": {"edges": [0, 1]},
+              EPOCH_HISTORY: [{"epoch": 2, "val_ece": 0.2}], 7: "not a str"}
+    LeanResults({"val_ece"}).on_trial_result(0, [], None, result)
+    assert result == {"training_iteration": 3, "time_total_s": 1.5, "config": {"x": 1},
+                      "done": False, "trial_id": "a", "epoch": 3, "completed": True,
+                      "diverged": "", "val_ece": 0.1, 7: "not a str"}
+
+
+@pytest.mark.integration
+def test_tune_holds_the_searched_metric_and_the_records_hold_every_metric(ray_session, tmp_path):
+    from ray import tune
+    from ray.tune.logger import JsonLoggerCallback
+    from ray.tune.schedulers import ASHAScheduler
+
+    from raysearch.tune.sync import read_trials, snapshot_trials
+
+    def many_metrics(config):  # two reports of ~80 metrics, as a raysearch trial's
+        for epoch in (1, 2):
+            tune.report({"epoch": epoch, "completed": epoch == 2,
+                         **{f"val_m{i}": config["x"] + i / 100 + epoch for i in range(80)}})
+
+    seen: list[dict] = []
+
+    class Recorder(tune.Callback):  # a callback before LeanResults sees every report whole
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            seen.append(dict(result))
+
+    def fit(callbacks, name):
+        return tune.Tuner(
+            many_metrics, param_space={"x": tune.grid_search([0.0, 10.0, 20.0])},
+            tune_config=tune.TuneConfig(scheduler=ASHAScheduler(
+                metric="val_m1", mode="max", grace_period=1, max_t=2)),
+            run_config=tune.RunConfig(name=name, storage_path=str(tmp_path), verbose=0,
+                                      callbacks=callbacks)).fit()
+
+    lean = fit([JsonLoggerCallback(), Recorder(), LeanResults(kept_metrics("val_m0", "val_m1"))],
+               "lean")
+    full = fit([JsonLoggerCallback()], "full")
+    assert len(seen) == 6 and all(len([k for k in r if k.startswith("val_")]) == 80
+                                  for r in seen)
+    for result in lean:
+        assert {k for k in result.metrics if k.startswith("val_")} == {"val_m0", "val_m1"}
+        x = result.config["x"]
+        assert result.metrics["val_m1"] == pytest.approx(x + 0.01 + 2)
+        assert result.metrics["completed"] is True
+    # every report whole in the trials' result.json, what the end of a sweep reads
+    records = read_trials(str(tmp_path / "lean"))
+    assert sorted(r.results[-1]["val_m79"] for r in records) == \
+        pytest.approx([0.79 + 2, 10.79 + 2, 20.79 + 2])
+    assert all(len(r.results) == 2 for r in records)
+    # Tune's statistics of a trial (and their cached JSON): two metrics' instead of eighty
+    for trial in snapshot_trials(str(tmp_path / "lean")):
+        assert {k for k in trial.metric_analysis if k.startswith("val_")} == {"val_m0", "val_m1"}
+    lean_json = [len(t.run_metadata.get_json_state()) for t in snapshot_trials(
+        str(tmp_path / "lean"))]
+    full_json = [len(t.run_metadata.get_json_state()) for t in snapshot_trials(
+        str(tmp_path / "full"))]
+    assert max(lean_json) * 5 < min(full_json), (lean_json, full_json)
