@@ -63,7 +63,7 @@ _FROM: dict[str, tuple[str, ...]] = {
         'DRIVER_TAG', 'ERROR_TAG', 'EXPERIMENT_KIND', 'EXPERIMENT_KIND_TAG', 'METRIC_PREFIXES',
         'NODE_KEY', 'NODE_TAG', 'OUTCOME_TAG', 'PARENT_TAG', 'REPEATS_TAG', 'RESUMED_TAG',
         'RECORDED_TAG', 'RETRIES_TAG', 'SEALED_OUTCOMES', 'SKIPPED_TAG', 'SEEDS_TAG',
-        'SWEEP_TAG', 'TRIAL_TAG',
+        'SWEEP_TAG', 'TABLE_TAG', 'TRIAL_TAG',
         'check_tracking_uri', 'default_tracking_uri', 'find_sweep', 'list_sweeps',
         'resolve_tracking_uri',
     ),
@@ -79,8 +79,8 @@ _FROM: dict[str, tuple[str, ...]] = {
     ),
     'raysearch.tracking.sweeps': (
         'annotate_selection', 'child_runs', 'load_sweep',
-        'seed_trials', 'summarize_configuration', 'sweep_runs', 'sweep_trials',
-        'trial_outputs', 'write_parquet',
+        'seed_trials', 'stored_trials', 'summarize_configuration', 'sweep_runs',
+        'sweep_trials', 'trial_outputs', 'write_parquet',
     ),
     'raysearch.tracking.trial_text': (
         'describe',

@@ -40,6 +40,7 @@ from raysearch.tracking.runs import (
     PARENT_TAG,
     REPEATS_TAG,
     SWEEP_TAG,
+    TABLE_TAG,
     TRIAL_TAG,
 )
 from raysearch.tracking.sweeps import (
@@ -104,13 +105,16 @@ def finalize_sweep(client: MlflowClient, parent_run_id: str, *, tolerance: float
     stay in the table with ``on_front = selected = False``. In a repeated sweep the rows are
     its configuration runs (summarised here if a seed ended after the live summary), the rule
     applies to their means (`selection` ``mean``) or to mean + SEM of ECE (``robust``),
-    ``pareto.png`` draws ±1 SEM error bars, and ``seeds.parquet`` holds the seed runs.
+    ``pareto.png`` draws ±1 SEM error bars, and ``seeds.parquet`` holds the seed runs. The
+    parent's tag :data:`~raysearch.tracking.runs.TABLE_TAG` is the time the runs were read
+    (:func:`~raysearch.tracking.sweeps.stored_trials` reads the table back while it is current).
 
     Returns:
         The trials table with ``on_front`` and ``selected`` columns.
     """
     parent = client.get_run(parent_run_id)
     sweep_name = parent.data.tags.get(SWEEP_TAG, "")
+    read_at = int(time.time() * 1000)
     runs = sweep_runs(client, parent.info.experiment_id, parent_run_id)
     changed = _kill_left_over_trials(client, runs, sweep_name)
     repeated = [r for r in runs if r.data.tags.get(REPEATS_TAG)
@@ -153,6 +157,7 @@ def finalize_sweep(client: MlflowClient, parent_run_id: str, *, tolerance: float
                        and isinstance(best[k], (int, float)) and math.isfinite(best[k])}
             tags["raysearch.selected_run"] = best["run_id"]
     tags["raysearch.trials_complete"] = str(int(frame["complete"].sum()))
+    tags[TABLE_TAG] = str(read_at)
     now = int(time.time() * 1000)
     client.log_batch(parent_run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()],
                      tags=[RunTag(k, v) for k, v in tags.items()])  # one write

@@ -51,6 +51,7 @@ from raysearch.tracking.runs import (
     RETRIES_TAG,
     SKIPPED_TAG,
     SWEEP_TAG,
+    TABLE_TAG,
     TRIAL_TAG,
 )
 from raysearch.training.records import (
@@ -202,6 +203,8 @@ class SweepRuns:
         by_trial: trial id -> its run (an ``mlflow.entities.Run``).
         config_runs: configuration id -> run id of a repeated sweep's configuration run.
         repeats: seeds per configuration (``--repeats``).
+        stamped: the parent carries :data:`~raysearch.tracking.runs.TABLE_TAG` (removed by
+            :meth:`unstamp` before the first write).
     """
 
     client: MlflowClient
@@ -211,6 +214,20 @@ class SweepRuns:
     by_trial: dict[str, Any]
     config_runs: dict[str, str]
     repeats: int = 1
+    stamped: bool = False
+
+    def unstamp(self) -> None:
+        """Remove the parent's :data:`~raysearch.tracking.runs.TABLE_TAG` (once), before a write.
+
+        Its ``trials.parquet`` is then no longer read back as current
+        (:func:`~raysearch.tracking.sweeps.stored_trials`) until the selection runs again.
+        """
+        if self.stamped:
+            self.stamped = False
+            try:
+                self.client.delete_tag(self.parent_run_id, TABLE_TAG)
+            except MlflowException:  # removed since it was read
+                pass
 
     @classmethod
     def index(cls, client: MlflowClient, experiment_id: str, parent_run_id: str,
@@ -257,6 +274,7 @@ def reconcile_trial(runs: SweepRuns, trial: TrialRecords,
     elif run is not None and run.data.tags.get(RECORDED_TAG) == "true" \
             and run.info.status in ("FINISHED", "FAILED"):
         return done  # every record reached it
+    runs.unstamp()  # what follows writes to the sweep's runs
     if run is None:
         run = _create_run(runs, trial, describe)
         done.runs_created += 1

@@ -51,6 +51,10 @@ RECORDED_TAG = "raysearch.recorded"
 #: Parent-run tag: ``<host>:<pid>`` of the driver process running the sweep (``sync`` will not
 #: write beside a live driver of this host).
 DRIVER_TAG = "raysearch.driver"
+#: Parent-run tag: when :func:`~raysearch.tracking.finalize_sweep` began reading the runs its
+#: ``trials.parquet`` holds (milliseconds since the epoch, the writer's clock); removed before a
+#: ``raysearch sync`` writes to a trial run (:func:`~raysearch.tracking.stored_trials`).
+TABLE_TAG = "raysearch.trials_table"
 #: Tag of a repeated sweep's configuration run (``--repeats``) and of its seed runs: the
 #: configuration id (its seeds' runs are nested under the configuration run).
 CONFIGURATION_TAG = "raysearch.configuration"

@@ -1,7 +1,8 @@
 """Reading a sweep back from the store: its runs, its trials table and the selection on it.
 
 :func:`sweep_runs` and :func:`child_runs` (every run below a parent, all pages),
-:func:`sweep_trials` and :func:`seed_trials` (one row per run), :func:`summarize_configuration`
+:func:`sweep_trials` and :func:`seed_trials` (one row per run), :func:`stored_trials` (the
+former from the parent's ``trials.parquet`` while no run changed), :func:`summarize_configuration`
 (a repeated sweep's configuration run: mean and SEM over its seeds), :func:`annotate_selection`
 and :func:`load_sweep` (the Pareto front and the selected trial), :func:`write_parquet` and
 :func:`trial_outputs` (a trial's stored logits).
@@ -34,6 +35,7 @@ from raysearch.tracking.runs import (
     PARENT_TAG,
     SEEDS_TAG,
     SWEEP_TAG,
+    TABLE_TAG,
     TRIAL_TAG,
     find_sweep,
 )
@@ -209,6 +211,65 @@ def child_runs(client: MlflowClient, experiment_id: str, parent_run_id: str) -> 
             return runs
 
 
+#: The columns of :func:`sweep_trials` that are not params (kept as read from ``trials.parquet``).
+_FIXED_COLUMNS = ("trial", "run_id", "trial_id", "status", "complete", "outcome", "config")
+#: The columns :func:`annotate_selection` adds (dropped from a stored table: judged again).
+_SELECTION_COLUMNS = ("on_front", "selected")
+#: The parent's trials table, written by :func:`raysearch.tracking.finalize_sweep`.
+TRIALS_FILE = "trials.parquet"
+
+
+def stored_trials(client: MlflowClient, parent: Any) -> pd.DataFrame | None:
+    """:func:`sweep_trials` of `parent`, read from its ``trials.parquet`` while that is current.
+
+    The table is current when the parent run has ended, carries :data:`TABLE_TAG` (the time the
+    table's runs were read; :func:`raysearch.tracking.finalize_sweep` writes it with the table,
+    ``raysearch sync`` removes it before it writes to a trial run) and no run of the sweep
+    (the sweep's name) started or ended after that time, is running or was deleted: four
+    searches of at most one run each. Edits made by hand to an ended trial run (its tags or
+    metrics in the MLflow UI, a deleted run restored) are not seen; the clocks of the machines
+    that write the sweep's runs are taken to agree.
+
+    Returns:
+        The same table as :func:`sweep_trials` (columns, dtypes, values), or None when the
+        table is not current or cannot be read (the caller reads the runs).
+    """
+    from mlflow.entities import ViewType
+    from mlflow.exceptions import MlflowException
+
+    stamp = parent.data.tags.get(TABLE_TAG, "")
+    if parent.info.status == "RUNNING" or not stamp.isdigit():
+        return None
+    runs = (f"tags.`{SWEEP_TAG}` = '{parent.data.tags.get(SWEEP_TAG, '')}' "
+            f"and tags.`{PARENT_TAG}` IS NOT NULL")
+    checks = [(f"{runs} and attributes.start_time > {stamp}", ViewType.ACTIVE_ONLY),
+              (f"{runs} and attributes.end_time > {stamp}", ViewType.ACTIVE_ONLY),
+              (f"{runs} and attributes.status = 'RUNNING'", ViewType.ACTIVE_ONLY),
+              (runs, ViewType.DELETED_ONLY)]
+    try:
+        for query, view in checks:
+            if client.search_runs([parent.info.experiment_id], filter_string=query,
+                                  run_view_type=view, max_results=1):
+                return None
+        with tempfile.TemporaryDirectory() as d:
+            frame = pq.read_table(client.download_artifacts(
+                parent.info.run_id, TRIALS_FILE, d)).to_pandas()
+    except (MlflowException, OSError, pa.ArrowException):
+        return None
+    columns = [c for c in frame.columns if c not in _SELECTION_COLUMNS]
+    params = {c for c in columns if c not in _FIXED_COLUMNS
+              and (frame[c].dtype == object or pd.api.types.is_string_dtype(frame[c].dtype))}
+    rows = []  # the rows sweep_trials builds: no key for a missing value, params as parsed
+    for row in frame[columns].to_dict("records"):
+        for key, value in list(row.items()):
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                del row[key]
+            elif key in params and isinstance(value, str):
+                row[key] = _coerce(value)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=columns)
+
+
 def write_parquet(frame: pd.DataFrame, path: str | Path) -> Path:
     """Write a trials table with pyarrow (mixed-type param columns stored as strings)."""
     frame = frame.copy()
@@ -281,7 +342,9 @@ def load_sweep(client: MlflowClient, name: str, experiment: str | None = None,
     parent = find_sweep(client, name, experiment)
     if tolerance is None:
         tolerance = float(parent.data.params.get("tolerance", 0.01))
-    frame = sweep_trials(client, parent)
+    frame = stored_trials(client, parent)
+    if frame is None:
+        frame = sweep_trials(client, parent)
     if ece_key != "val_ece" and not frame.empty and ece_key not in frame:
         raise ValueError(f"sweep '{name}' has no metric {ece_key}: run it with that post-hoc "
                          "calibrator (--posthoc)")

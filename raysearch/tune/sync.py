@@ -152,6 +152,7 @@ def reconcile_sweep(client: Any, parent: Any, trials: list[TrialRecords], *,
     runs = SweepRuns.index(client, parent.info.experiment_id, parent.info.run_id, name,
                            tracking.sweep_runs(client, parent.info.experiment_id,
                                                parent.info.run_id), repeats=repeats)
+    runs.stamped = tracking.TABLE_TAG in parent.data.tags
     done = Reconciled()
     for number, trial in enumerate(trials, 1):
         done.add(reconcile_trial(runs, trial, describe, write_unfinished=write_unfinished))
