@@ -372,7 +372,7 @@ def searcher(space: Any, *, metric: str | Sequence[str] = ("val_accuracy", "val_
     """
     import optuna
 
-    from raysearch.tune.engine import CompletedOnlyOptunaSearch, make_sampler
+    from raysearch.tune.searchers import CompletedOnlyOptunaSearch, make_sampler
     from raysearch.tune.spaces import SearchSpace, load_space, space_from_dict
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "A new study created" line

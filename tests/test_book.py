@@ -88,6 +88,7 @@ def test_the_ends_imports_start_once_every_trial_started_and_one_ended(tmp_path)
     import sys
 
     from raysearch.tracking.callback import MlflowSweepCallback
+    from raysearch.tracking.export import warm_end_imports
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlruns.db'}")
     experiment = client.create_experiment("warm")
@@ -95,17 +96,18 @@ def test_the_ends_imports_start_once_every_trial_started_and_one_ended(tmp_path)
     callback = MlflowSweepCallback(client, experiment, parent, "warm", configs=None, total=2)
     book = callback.book
     book.started["t1"] = time.monotonic()
-    callback._warm_end()  # one of two trials started: the other will need a worker
+    # one of two trials started: the other will need a worker
+    book.warm_end(callback.total, warm_end_imports)
     assert book.warming is None
     book.started["t2"] = time.monotonic()
-    callback._warm_end()
+    book.warm_end(callback.total, warm_end_imports)
     thread = book.warming
     assert thread is not None
     assert thread.name == "raysearch-warm"
     thread.join(60.0)
     assert not thread.is_alive()
     assert {"raysearch.training.plots", "plotly.io"} <= set(sys.modules)
-    callback._warm_end()  # once per sweep
+    book.warm_end(callback.total, warm_end_imports)  # once per sweep
     assert book.warming is thread
     callback.close()
 

@@ -36,9 +36,15 @@ def test_tune_holds_the_searched_metric_and_the_records_hold_every_metric(ray_se
     from raysearch.tune.sync import read_trials, snapshot_trials
 
     def many_metrics(config):  # two reports of ~80 metrics, as a raysearch trial's
+        import tempfile
+        from pathlib import Path
+
         for epoch in (1, 2):
-            tune.report({"epoch": epoch, "completed": epoch == 2,
-                         **{f"val_m{i}": config["x"] + i / 100 + epoch for i in range(80)}})
+            with tempfile.TemporaryDirectory() as d:
+                (Path(d) / "state.txt").write_text(str(epoch))
+                tune.report({"epoch": epoch, "completed": epoch == 2,
+                             **{f"val_m{i}": config["x"] + i / 100 + epoch for i in range(80)}},
+                            checkpoint=tune.Checkpoint.from_directory(d))
 
     seen: list[dict] = []
 
@@ -50,14 +56,15 @@ def test_tune_holds_the_searched_metric_and_the_records_hold_every_metric(ray_se
         return tune.Tuner(
             many_metrics, param_space={"x": tune.grid_search([0.0, 10.0, 20.0])},
             tune_config=tune.TuneConfig(scheduler=ASHAScheduler(
-                metric="val_m1", mode="max", grace_period=1, max_t=2)),
+                metric="val_m1", mode="max", grace_period=2, max_t=2)),
             run_config=tune.RunConfig(name=name, storage_path=str(tmp_path), verbose=0,
                                       callbacks=callbacks)).fit()
 
     lean = fit([JsonLoggerCallback(), Recorder(), LeanResults(kept_metrics("val_m0", "val_m1"))],
                "lean")
-    full = fit([JsonLoggerCallback()], "full")
-    assert len(seen) == 6 and all(len([k for k in r if k.startswith("val_")]) == 80
+    fit([JsonLoggerCallback()], "full")  # the same trials with everything kept
+    assert len(seen) == 6
+    assert all(len([k for k in r if k.startswith("val_")]) == 80
                                   for r in seen)
     for result in lean:
         assert {k for k in result.metrics if k.startswith("val_")} == {"val_m0", "val_m1"}
@@ -72,6 +79,13 @@ def test_tune_holds_the_searched_metric_and_the_records_hold_every_metric(ray_se
     # Tune's statistics of a trial (and their cached JSON): two metrics' instead of eighty
     for trial in snapshot_trials(str(tmp_path / "lean")):
         assert {k for k in trial.metric_analysis if k.startswith("val_")} == {"val_m0", "val_m1"}
+        # and with its checkpoint: Tune's count to restart a retried trial from, no metrics
+        kept = trial.latest_checkpoint_result.metrics
+        assert kept["training_iteration"] == 2
+        assert "time_total_s" in kept
+        assert {k for k in kept if k.startswith("val_")} == {"val_m0", "val_m1"}
+    for trial in snapshot_trials(str(tmp_path / "full")):
+        assert "val_m79" in trial.latest_checkpoint_result.metrics
     lean_json = [len(t.run_metadata.get_json_state()) for t in snapshot_trials(
         str(tmp_path / "lean"))]
     full_json = [len(t.run_metadata.get_json_state()) for t in snapshot_trials(

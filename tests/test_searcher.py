@@ -8,7 +8,7 @@ import optuna
 import pytest
 from ray.tune.search.optuna import OptunaSearch
 
-from raysearch.tune.engine import CompletedOnlyOptunaSearch, make_sampler
+from raysearch.tune.searchers import CompletedOnlyOptunaSearch, make_sampler
 from raysearch.tune.spaces import load_space
 
 OBJ = {"metric": ["val_accuracy", "val_ece"], "mode": ["max", "min"]}

@@ -144,7 +144,14 @@ def _two_param_acls() -> SearchSpace:
 
 
 @pytest.mark.integration
-def test_a_sweep_keeps_its_study_beside_the_mlflow_store(ray_session, tmp_path):
+def test_a_sweep_keeps_its_study_beside_the_mlflow_store(ray_session, tmp_path, monkeypatch):
+    from raysearch.tracking import export
+
+    def read_back(*args, **kwargs):
+        raise AssertionError("the end of the sweep read its runs back from the store")
+
+    # the end selects on the table the sweep's callback kept: no run is read back
+    monkeypatch.setattr(export, "_read_table", read_back)
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
     settings = SweepSettings(num_samples=4, max_concurrent=2, epochs=1, posthoc=(), seed=0,
                              name="study-e2e", storage_path=str(tmp_path / "ray"),
@@ -166,6 +173,15 @@ def test_a_sweep_keeps_its_study_beside_the_mlflow_store(ray_session, tmp_path):
     assert parent.data.tags[sweep_study.STORAGE_TAG] == url
     assert parent.data.tags[sweep_study.STUDY_TAG] == "study-e2e"
 
+    # ... and that table is the one the store holds (values and dtypes; columns in any order)
+    import pandas as pd
+
+    from raysearch.tracking.sweeps import sweep_trials
+
+    stored = sweep_trials(MlflowClient(uri), MlflowClient(uri).get_run(result.parent_run_id))
+    pd.testing.assert_frame_equal(result.trials.drop(columns=["on_front", "selected"]), stored,
+                                  check_like=True)
+
     # Tune kept of each report the searched metrics only; the records and MLflow hold all
     from raysearch.tune.sync import read_trials, snapshot_trials
 
@@ -174,7 +190,8 @@ def test_a_sweep_keeps_its_study_beside_the_mlflow_store(ray_session, tmp_path):
         assert {"val_accuracy", "val_ece", "completed"} <= set(trial.last_result)
         assert not {"val_nll", "test_ece", "train_loss"} & set(trial.last_result)
     assert all({"val_nll", "test_ece"} <= set(r.results[-1]) for r in read_trials(tune_path))
-    assert result.trials["test_ece"].notna().all() and result.trials["val_nll"].notna().all()
+    assert result.trials["test_ece"].notna().all()
+    assert result.trials["val_nll"].notna().all()
 
     study = optuna.load_study(study_name="study-e2e", storage=sweep_study.open_storage(url))
     trials = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))

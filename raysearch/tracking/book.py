@@ -12,11 +12,13 @@ not, so a long outage costs the sweep no more than one client's retries, and the
 sweep does not wait for them again. Tune's own records hold everything dropped: ``raysearch
 sync`` (run at the end of the sweep and by ``--resume``) writes it once the store answers.
 
-It imports :mod:`raysearch.tracking.runs` only; :mod:`raysearch.tracking.callback` imports it.
+It imports :mod:`raysearch.tracking.runs` and :mod:`~raysearch.tracking.live_table`;
+:mod:`raysearch.tracking.callback` imports it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -25,6 +27,7 @@ from collections.abc import Callable
 
 from mlflow.tracking import MlflowClient
 
+from raysearch.tracking.live_table import LiveTable
 from raysearch.tracking.runs import check_tracking_uri
 
 logger = logging.getLogger("raysearch.tracking")
@@ -54,6 +57,7 @@ class _SweepBook:
         self.nodes: dict[str, str] = {}  # trial id -> Ray node id its (rank-0) process ran on
         self.steps: dict[str, int] = {}  # trial id -> last epoch logged (no duplicate steps)
         self.last_results: dict[str, dict] = {}  # running trial id -> its last report
+        self.table = LiveTable()  # the ended trials' rows, as the store has them
         self.retries: dict[str, int] = {}
         self.resumed: dict[str, int] = {}  # trial id -> checkpoint epoch its attempt resumed
         self.sealed: set[str] = set()  # runs ended before a resume: left exactly as they are
@@ -69,7 +73,7 @@ class _SweepBook:
         self.trial_gid: dict[str, str] = {}  # a seed's trial id -> its configuration id
         self.finished = 0
         self.adopted = False
-        self.warming: threading.Thread | None = None  # the end's imports (callback._warm_end)
+        self.warming: threading.Thread | None = None  # the end's imports (warm_end)
         self.unrecorded: set[str] = set()  # trial ids with a write that failed or was dropped
         self.failed_writes = 0
         self.down = False  # the last write failed: probe the store before the next one
@@ -111,6 +115,23 @@ class _SweepBook:
         """
         for kept in (self.steps, self.nodes, self.resumed, self.last_line, self.last_results):
             kept.pop(tid, None)
+
+    def warm_end(self, total: int | None, imports: Callable[[], None]) -> None:
+        """Once all `total` trials started and one more ended, run `imports` on a thread, once.
+
+        `imports` loads what the sweep's end draws with
+        (:func:`~raysearch.tracking.export.warm_end_imports`); a worker is idle from then on
+        (no trial is left to start), so they take no trial's CPU and the end does not wait.
+        """
+        if self.warming is not None or not total or len(self.started) < total:
+            return
+
+        def warm() -> None:
+            with contextlib.suppress(Exception):  # the end imports them itself if this fails
+                imports()
+
+        self.warming = threading.Thread(target=warm, name="raysearch-warm", daemon=True)
+        self.warming.start()
 
     def _lost(self, tid: str | None) -> None:
         self.failed_writes += 1

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +32,7 @@ from raysearch.tracking.client import (
     log_reliability,
 )
 from raysearch.tracking.export import degenerate_line, warm_end_imports
+from raysearch.tracking.live_table import LiveTable
 from raysearch.tracking.progress import number_of, trial_line
 from raysearch.tracking.runs import (
     COMPLETE_TAG,
@@ -53,9 +53,8 @@ from raysearch.tracking.runs import (
     SWEEP_TAG,
     TRIAL_TAG,
 )
-from raysearch.tracking.searched import searched_values
 from raysearch.tracking.sweeps import summarize_configuration, sweep_runs
-from raysearch.tracking.trial_text import describe, short_name, short_value, trial_error
+from raysearch.tracking.trial_text import describe, headline, trial_error
 from raysearch.training.records import (
     ARTIFACT_FILES,
     CHECKPOINT_SKIPPED,
@@ -155,6 +154,7 @@ class MlflowSweepCallback(tune.Callback):
         # Tune pickles callbacks with the experiment (tuner.pkl): the client and the book stay
         state = self.__dict__.copy()
         state.pop("_client", None)
+        state.pop("_table", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -198,6 +198,18 @@ class MlflowSweepCallback(tune.Callback):
             _NUMBERS.pop(self.parent_run_id, None)
         if book is not None:
             book.close()
+            healthy = not (book.unrecorded or book.failed_writes or book.table.spoiled)
+            self._table = book.table if healthy else None
+
+    @property
+    def table(self) -> LiveTable | None:
+        """After :meth:`close`: the trials table this process wrote, when it stands for the store.
+
+        None when a write was lost, the sweep adopted runs it did not create (a resume) or is
+        repeated (``--repeats``): read the store then
+        (:func:`~raysearch.tracking.sweeps.sweep_trials`).
+        """
+        return getattr(self, "_table", None)
 
     # -- Tune hooks (event loop thread) ------------------------------------------------------
     def setup(self, **info: Any) -> None:
@@ -214,6 +226,7 @@ class MlflowSweepCallback(tune.Callback):
                 book.config_runs[gid] = run.info.run_id
                 book.config_index[gid] = len(book.config_index)
         runs = [r for r in runs if r.data.tags.get(TRIAL_TAG)]
+        book.table.spoiled = book.table.spoiled or bool(runs)  # rows it never saw
         for run in runs:
             tid = run.data.tags.get(TRIAL_TAG)
             book.count += 1
@@ -278,6 +291,7 @@ class MlflowSweepCallback(tune.Callback):
         gid = trial.config.get(CONFIG_ID_KEY) if self.repeats > 1 else None
         orphan = next((r for r, c in book.orphans.items() if c == cfg_json), None)
         if orphan is not None:
+            book.table.spoiled = True
             del book.orphans[orphan]
             book.children[tid] = orphan
             self.numbers[tid] = self.numbers.get(orphan, "?")
@@ -303,15 +317,18 @@ class MlflowSweepCallback(tune.Callback):
             self._submit(claim, tid)
             return
         if gid is not None:
+            book.table.spoiled = True  # its rows are configuration runs
             self._start_seed(trial, tid, gid, cfg_json, params, method)
             return
         index = book.count
         book.count += 1
         self.numbers[tid] = f"{index:03d}"
+        run_name = f"{self.sweep_name}-{index:03d}-{method}"
+        book.table.start(tid, run_name, params, cfg_json)
 
         def create() -> None:
             run = self.client.create_run(
-                self.experiment_id, run_name=f"{self.sweep_name}-{index:03d}-{method}",
+                self.experiment_id, run_name=run_name,
                 tags={PARENT_TAG: self.parent_run_id, SWEEP_TAG: self.sweep_name,
                       TRIAL_TAG: tid, CONFIG_TAG: cfg_json})
             book.children[tid] = run.info.run_id
@@ -383,21 +400,8 @@ class MlflowSweepCallback(tune.Callback):
         return describe(self.configs, config)
 
     def headline(self, config: dict[str, Any]) -> str:
-        """The method and hyperparameters of a trial, for its progress line."""
-        try:
-            cfg = self.configs.resolve(config)
-        except ValueError:
-            return "?"
-        space = getattr(self.configs, "space", self.configs)
-        if hasattr(space, "searched"):  # the values the space searches, and only those
-            shown = searched_values(cfg.to_dict(), space.searched())
-        else:
-            shown = {**cfg.loss.params, "lr": cfg.optimizer.lr}
-        hp = " ".join(f"{k}={short_value(v)}" for k, v in shown.items() if k != "variant")
-        head = f"{short_name(cfg.loss.name):<6s} {hp}"
-        if self.repeats > 1 and SEED_INDEX_KEY in config:
-            head += f" seed {cfg.seed}"
-        return head
+        """The method and hyperparameters of a trial, for its progress line (:func:`headline`)."""
+        return headline(self.configs, config, self.repeats)
 
     def _reopen(self, tid: str) -> None:
         run_id = self.book.children[tid]
@@ -431,6 +435,7 @@ class MlflowSweepCallback(tune.Callback):
             if metrics and step > book.steps.get(tid, 0):
                 book.steps[tid] = step
                 epochs.append((step, metrics))
+                book.table.metrics(tid, metrics)
         if epochs or tags:
             self._submit(lambda: log_epochs(self.client, book.children[tid], epochs, tags), tid)
         if epochs:
@@ -528,6 +533,8 @@ class MlflowSweepCallback(tune.Callback):
                 except Exception as exc:  # a plot must never lose the run
                     logger.warning("reliability diagram of %s failed: %s", tid, exc)
             self.client.set_terminated(run_id, "FINISHED")
+            book.table.end(tid, run_id, status="FINISHED", complete=complete,
+                           outcome="complete" if complete else "stopped_early")
             if tid in book.trial_gid:
                 self._seed_ended(tid)
             book.release(tid)
@@ -564,6 +571,7 @@ class MlflowSweepCallback(tune.Callback):
             log_epochs(self.client, run_id, [], {COMPLETE_TAG: "false", OUTCOME_TAG: outcome,
                                                  ERROR_TAG: message[:4000], **self._recorded(tid)})
             self.client.set_terminated(run_id, "FAILED")
+            book.table.end(tid, run_id, status="FAILED", complete=False, outcome=outcome)
             if tid in book.trial_gid:
                 self._seed_ended(tid)
             book.release(tid)
@@ -571,28 +579,10 @@ class MlflowSweepCallback(tune.Callback):
         self._submit(fail, tid)
         self._report(trial, result, f"FAILED: {message.splitlines()[-1][:160]}")
 
-    def _warm_end(self) -> None:
-        """Once every trial started and one more ended, import what the sweep's end draws with.
-
-        A worker is idle from then on (no trial is left to start), so the imports
-        (:func:`~raysearch.tracking.export.warm_end_imports`) take no trial's CPU and the
-        sweep's end does not wait for them.
-        """
-        book = self.book
-        if book.warming is not None or not self.total or len(book.started) < self.total:
-            return
-
-        def warm() -> None:
-            with contextlib.suppress(Exception):  # the end imports them itself if this fails
-                warm_end_imports()
-
-        book.warming = threading.Thread(target=warm, name="raysearch-warm", daemon=True)
-        book.warming.start()
-
     def _report(self, trial: Any, result: dict, outcome: str) -> None:
         book = self.book
         book.finished += 1
-        self._warm_end()
+        book.warm_end(self.total, warm_end_imports)
         if self.progress is None:
             return
         elapsed = time.monotonic() - book.started.get(trial.trial_id, time.monotonic())

@@ -97,7 +97,9 @@ def warm_end_imports() -> None:
 
 def finalize_sweep(client: MlflowClient, parent_run_id: str, *, tolerance: float,
                    ece_key: str = "val_ece", accuracy_key: str = "val_accuracy",
-                   status: str = "FINISHED", selection: str = "mean") -> pd.DataFrame:
+                   status: str = "FINISHED", selection: str = "mean",
+                   runs: list[Any] | None = None, read_at: int | None = None,
+                   table: pd.DataFrame | None = None) -> pd.DataFrame:
     """Select the winner and attach ``pareto.png``, ``trials.parquet``, ``best_config.yaml``.
 
     The selection rule (lowest validation ECE within `tolerance` of the best validation
@@ -109,22 +111,21 @@ def finalize_sweep(client: MlflowClient, parent_run_id: str, *, tolerance: float
     parent's tag :data:`~raysearch.tracking.runs.TABLE_TAG` is the time the runs were read
     (:func:`~raysearch.tracking.sweeps.stored_trials` reads the table back while it is current).
 
+    `runs` (with `read_at`, the time in ms since the epoch before they were read): the sweep's
+    runs (:func:`~raysearch.tracking.sweeps.sweep_runs`) when the caller has just read them and
+    written nothing since; None: read here. `table`: the trials table of a sweep that is not
+    repeated and whose runs all ended, as :func:`~raysearch.tracking.sweeps.sweep_trials` reads
+    it, when the caller holds it (the sweep's
+    :attr:`~raysearch.tracking.callback.MlflowSweepCallback.table`): no run is read then.
+
     Returns:
         The trials table with ``on_front`` and ``selected`` columns.
     """
     parent = client.get_run(parent_run_id)
-    sweep_name = parent.data.tags.get(SWEEP_TAG, "")
-    read_at = int(time.time() * 1000)
-    runs = sweep_runs(client, parent.info.experiment_id, parent_run_id)
-    changed = _kill_left_over_trials(client, runs, sweep_name)
-    repeated = [r for r in runs if r.data.tags.get(REPEATS_TAG)
-                and not r.data.tags.get(TRIAL_TAG)]
-    for run in repeated:
-        if run.info.status != "FINISHED" or _ended_after(client, run, runs):
-            summarize_configuration(client, parent.info.experiment_id, run.info.run_id)
-            changed = True
-    frame = sweep_trials(client, parent, runs=None if changed else [
-        r for r in runs if r.data.tags.get(PARENT_TAG) == parent_run_id])
+    if table is not None:
+        frame, repeated, read_at = table, [], int(time.time() * 1000)
+    else:
+        frame, repeated, read_at = _read_table(client, parent, runs, read_at)
     if frame.empty:
         client.set_terminated(parent_run_id, status)
         return frame
@@ -163,6 +164,29 @@ def finalize_sweep(client: MlflowClient, parent_run_id: str, *, tolerance: float
                      tags=[RunTag(k, v) for k, v in tags.items()])  # one write
     client.set_terminated(parent_run_id, status)
     return frame
+
+
+def _read_table(client: MlflowClient, parent: Any, runs: list[Any] | None,
+                read_at: int | None) -> tuple[pd.DataFrame, list[Any], int]:
+    """The trials table read from the store, the configuration runs, when the runs were read.
+
+    Trials left RUNNING end as interrupted, and a repeated sweep's configuration runs get
+    their summaries first (see :func:`finalize_sweep`).
+    """
+    parent_run_id = parent.info.run_id
+    if runs is None or read_at is None:
+        read_at = int(time.time() * 1000)
+        runs = sweep_runs(client, parent.info.experiment_id, parent_run_id)
+    changed = _kill_left_over_trials(client, runs, parent.data.tags.get(SWEEP_TAG, ""))
+    repeated = [r for r in runs if r.data.tags.get(REPEATS_TAG)
+                and not r.data.tags.get(TRIAL_TAG)]
+    for run in repeated:
+        if run.info.status != "FINISHED" or _ended_after(client, run, runs):
+            summarize_configuration(client, parent.info.experiment_id, run.info.run_id)
+            changed = True
+    frame = sweep_trials(client, parent, runs=None if changed else [
+        r for r in runs if r.data.tags.get(PARENT_TAG) == parent_run_id])
+    return frame, repeated, read_at
 
 
 def _kill_left_over_trials(client: MlflowClient, runs: list[Any], sweep_name: str) -> bool:

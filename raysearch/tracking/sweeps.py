@@ -79,15 +79,19 @@ def sweep_trials(client: MlflowClient, parent: Any, runs: list[Any] | None = Non
     return pd.DataFrame(rows)
 
 
-def sweep_runs(client: MlflowClient, experiment_id: str, parent_run_id: str) -> list[Any]:
+def sweep_runs(client: MlflowClient, experiment_id: str, parent_run_id: str,
+               where: str = "") -> list[Any]:
     """Every run of a sweep below its parent (all pages), oldest first.
 
     Trial runs, and for ``--repeats`` the configuration runs and the seed runs under them.
+    `where`: an MLflow filter clause the runs must also meet (``attributes.status =
+    'FAILED'``), so that the server sends only those.
     """
     name = client.get_run(parent_run_id).data.tags.get(SWEEP_TAG, "")
+    query = f"tags.`{SWEEP_TAG}` = '{name}'" + (f" and {where}" if where else "")
     runs, token = [], None
     while True:
-        page = client.search_runs([experiment_id], filter_string=f"tags.`{SWEEP_TAG}` = '{name}'",
+        page = client.search_runs([experiment_id], filter_string=query,
                                   max_results=1000, page_token=token,
                                   order_by=["attributes.start_time ASC"])
         runs.extend(r for r in page if r.info.run_id != parent_run_id

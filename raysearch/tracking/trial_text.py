@@ -2,7 +2,8 @@
 
 :func:`describe` gives a trial's config JSON (the ``raysearch.config`` tag), MLflow params and
 method name; :func:`short_name` and :func:`short_value` shorten names and values for run names
-and progress lines; :func:`trial_error` reads a failed trial's error as one line.
+and progress lines, :func:`headline` is a trial's method and searched values for its progress
+line; :func:`trial_error` reads a failed trial's error as one line.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any
 
 from raysearch.tracking.client import run_params
 from raysearch.tracking.reconcile import error_line
+from raysearch.tracking.searched import searched_values
+from raysearch.training.records import SEED_INDEX_KEY
 
 __all__ = ["describe", "short_name", "short_value", "trial_error"]
 
@@ -42,6 +45,35 @@ def short_value(value: Any) -> str:
         return f"{value:.3g}"
     return str(value)
 
+
+
+def headline(configs: Any, config: dict[str, Any], repeats: int = 1) -> str:
+    """The method and hyperparameters of a trial, for its progress line.
+
+    Args:
+        configs: resolves a trial's config into its run config (``configs.resolve``), as the
+            sweep's callback's; when it (or its ``space``) has ``searched()``, only the
+            searched values are shown.
+        config: the trial's Tune config.
+        repeats: seeds per configuration: with more than one, the seed is shown.
+
+    Returns:
+        ``"<method> k=v ..."``, or ``"?"`` for a config that does not resolve.
+    """
+    try:
+        cfg = configs.resolve(config)
+    except ValueError:
+        return "?"
+    space = getattr(configs, "space", configs)
+    if hasattr(space, "searched"):  # the values the space searches, and only those
+        shown = searched_values(cfg.to_dict(), space.searched())
+    else:
+        shown = {**cfg.loss.params, "lr": cfg.optimizer.lr}
+    hp = " ".join(f"{k}={short_value(v)}" for k, v in shown.items() if k != "variant")
+    head = f"{short_name(cfg.loss.name):<6s} {hp}"
+    if repeats > 1 and SEED_INDEX_KEY in config:
+        head += f" seed {cfg.seed}"
+    return head
 
 def trial_error(trial: Any) -> str:
     """A failed Tune trial's error as one line (from its error file, else its message)."""

@@ -19,20 +19,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import optuna
 import pandas as pd
 from ray import tune
 from ray.tune.logger import JsonLoggerCallback
 from ray.tune.schedulers import ASHAScheduler
-from ray.tune.search.optuna import OptunaSearch
 
 from raysearch import tracking
 from raysearch.config import absolute_path
 from raysearch.metrics import metric_direction
 from raysearch.tracking import ui
-from raysearch.tracking.reconcile import STORE_ERRORS
+from raysearch.tracking.reconcile import ENDED, STORE_ERRORS
 from raysearch.tracking.searched import SEARCHED_TAG
-from raysearch.training.records import COMPLETED, DIVERGED
 from raysearch.tune import study as sweep_study
 from raysearch.tune.cluster import (
     check_ray_address,
@@ -44,8 +41,8 @@ from raysearch.tune.heap import frozen_heap
 from raysearch.tune.lean_results import LeanResults, kept_metrics
 from raysearch.tune.outcome import FailedTrial, failed_trials
 from raysearch.tune.plan import SweepPlan, build_shift, make_plan
-from raysearch.tune.searchers import RepeatedSearcher
-from raysearch.tune.settings import SAMPLERS, SweepSettings
+from raysearch.tune.searchers import CompletedOnlyOptunaSearch, RepeatedSearcher, make_sampler
+from raysearch.tune.settings import SweepSettings
 from raysearch.tune.spaces import SearchSpace, TrialConfigs, load_space
 from raysearch.tune.storage import check_storage, check_sweep_name, resolve_storage
 from raysearch.tune.sweep_record import (
@@ -58,8 +55,8 @@ from raysearch.tune.sync import read_trials, reconcile_sweep, snapshot_trials
 from raysearch.tune.trainable import trial_resources, tune_trial
 from raysearch.tune.trial_options import TrialOptions
 
-__all__ = ["CompletedOnlyOptunaSearch", "SweepResult", "TrackingUnavailableError",
-           "build_tuner", "describer", "execute", "make_sampler", "run_sweep", "trial_options"]
+__all__ = ["SweepResult", "TrackingUnavailableError", "build_tuner", "describer", "execute",
+           "run_sweep", "trial_options"]
 
 logger = logging.getLogger(__name__)
 
@@ -121,47 +118,6 @@ class SweepResult:
         if self.trials.empty or "on_front" not in self.trials:
             return self.trials.iloc[0:0]
         return self.trials[self.trials["on_front"]]
-
-
-class CompletedOnlyOptunaSearch(OptunaSearch):
-    """OptunaSearch that tells Optuna only trials that ran all their epochs as COMPLETE.
-
-    Ray reports a trial stopped early by a scheduler as complete with its partial-epoch values;
-    here such a trial (whose last result lacks ``completed = True``) is told as PRUNED, so it never
-    enters the sampler's history or a multi-objective Pareto set as a finished trial. A trial
-    whose loss diverged (``diverged`` in its last result) is told as FAIL.
-
-    Args:
-        *args: as ``OptunaSearch``.
-        require_completed: True (raysearch's trainable): a result without ``completed = True``
-            is partial. False (a trainable of one's own): only a result with ``completed =
-            False`` is.
-        **kwargs: as ``OptunaSearch``.
-    """
-
-    def __init__(self, *args: Any, require_completed: bool = True, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.require_completed = require_completed
-
-    def on_trial_complete(self, trial_id: str, result: dict | None = None,  # noqa: D102
-                          error: bool = False) -> None:
-        complete = (result or {}).get(COMPLETED, not getattr(self, "require_completed", True))
-        if not error and result is not None and result.get(DIVERGED):
-            result, error = None, True  # -> FAIL
-        elif not error and result is not None and not complete:
-            result = None  # -> PRUNED in OptunaSearch.on_trial_complete
-        super().on_trial_complete(trial_id, result=result, error=error)
-
-
-def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
-    """The seeded Optuna sampler for ``--sampler`` (tpe handles one or several objectives)."""
-    if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
-    if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, population_size=8)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    raise ValueError(f"unknown sampler '{name}'; choose from {', '.join(SAMPLERS)}")
 
 
 def _sizes(data: Any) -> str:
@@ -338,7 +294,7 @@ def execute(plan: SweepPlan, client: Any, uri: str, experiment_id: str, parent_i
     max_failures = settings.resolved_max_failures()
     start = time.monotonic()
     status = "FAILED"
-    callback = records = None
+    callback = snapshot = None
     path = f"{storage.rstrip('/')}/{name}"
     try:
         shift_set = None
@@ -357,8 +313,10 @@ def execute(plan: SweepPlan, client: Any, uri: str, experiment_id: str, parent_i
         # Ctrl-C once: Tune stops the trials and returns normally. The Tuner keeps Tune's
         # trials (~0.2 MiB each) and a DataFrame of each one's results: let them go first
         del tuner
-        records = _snapshot_records(path)  # read once: the end's reconciliation reuses them
-        ended = None if records is None else sum(t.ended for t in records)
+        # Tune's last snapshot: after a Ctrl-C it is taken before the running trials stop, so
+        # they are still unfinished there (and Tuner.restore continues them)
+        snapshot = _snapshot_trials(path)
+        ended = None if snapshot is None else sum(t.status in ENDED for t in snapshot)
         interrupted = ended is not None and ended < settings.trials
         status = "KILLED" if interrupted else "FINISHED"
         if interrupted:
@@ -373,7 +331,7 @@ def execute(plan: SweepPlan, client: Any, uri: str, experiment_id: str, parent_i
         if callback is not None:
             callback.close()  # flush the queued MLflow writes before selecting
         frame, failed = _record_end(client, uri, parent_id, name, path, plan, status, say,
-                                    records=records)
+                                    table=_live_table(callback, snapshot, status))
     return _result(plan, name, parent_id, uri, experiment_id, (frame, failed), status, start,
                    say)
 
@@ -437,12 +395,12 @@ class TrackingUnavailableError(ValueError):
 
 def _record_end(client: Any, uri: str, parent_id: str, name: str, path: str,
                 plan: SweepPlan, status: str, say: Callable[[str], None], *,
-                records: list[Any] | None = None) -> tuple[pd.DataFrame, list[FailedTrial]]:
+                table: pd.DataFrame | None = None) -> tuple[pd.DataFrame, list[FailedTrial]]:
     """The sweep's last MLflow writes: what Tune recorded and MLflow lacks, then the selection.
 
     Returns the trials table (:func:`raysearch.tracking.finalize_sweep`) and the failed trials.
-    `records`: Tune's records of the trials (:func:`~raysearch.tune.sync.read_trials`) when
-    already read, else None (read here).
+    `table`: the trials table the sweep's callback kept (:func:`_live_table`), when it stands
+    for the store: then no run is read, and Tune's records are not (the callback wrote them).
 
     Raises:
         TrackingUnavailableError: when the store does not answer (in one line, with the
@@ -454,23 +412,28 @@ def _record_end(client: Any, uri: str, parent_id: str, name: str, path: str,
         tracking.check_tracking_uri(uri, timeout=5.0)
     except ValueError as exc:
         raise TrackingUnavailableError(f"the sweep's trials ended but {exc}; {later}") from None
+    settings = plan.settings
+    select = {"tolerance": settings.tolerance, "ece_key": settings.ece_key, "status": status,
+              "selection": settings.selection, "accuracy_key": settings.accuracy_key}
     try:
+        if table is not None:
+            frame = tracking.finalize_sweep(client, parent_id, table=table, **select)
+            return frame, failed_trials(client, parent_id)
         parent = client.get_run(parent_id)
-        trials = records
-        if trials is None:
-            try:
-                trials = read_trials(path)
-            except ValueError:  # the sweep stopped before Tune's first snapshot: nothing to add
-                trials = []
+        try:
+            trials = read_trials(path)
+        except ValueError:  # the sweep stopped before Tune's first snapshot: nothing to add
+            trials = []
+        # the sweep's runs are read once (~8 ms a run from a server) for both steps, and
+        # again only after the first wrote to them
+        read_at = int(time.time() * 1000)
+        runs = tracking.sweep_runs(client, parent.info.experiment_id, parent_id)
         done = reconcile_sweep(client, parent, trials, describe=describer(plan.trial_configs),
-                               repeats=plan.settings.repeats)
+                               repeats=settings.repeats, runs=runs)
         if done.changed:
             say(f"sweep {name}: MLflow caught up with Tune's records ({done.summary()})")
-        settings = plan.settings
-        frame = tracking.finalize_sweep(client, parent_id, tolerance=settings.tolerance,
-                                        ece_key=settings.ece_key, status=status,
-                                        selection=settings.selection,
-                                        accuracy_key=settings.accuracy_key)
+            runs = None
+        frame = tracking.finalize_sweep(client, parent_id, runs=runs, read_at=read_at, **select)
         return frame, failed_trials(client, parent_id)
     except STORE_ERRORS as exc:
         raise TrackingUnavailableError(f"MLflow {uri} failed at the end of the sweep "
@@ -485,18 +448,18 @@ def _ui_hint(uri: str) -> str:
     return f" (serve it with `raysearch ui{store}`)"
 
 
-def _snapshot_records(path: str) -> list[Any] | None:
-    """Tune's records of the trials at `path` (:func:`read_trials`); None if unreadable.
+def _live_table(callback: Any, snapshot: list[Any] | None, status: str) -> pd.DataFrame | None:
+    """The trials table the sweep's callback kept, when it is the store's (else None).
 
-    After a Ctrl-C, Tune snapshots the experiment before it stops the running trials, so they
-    are still unfinished there (and ``Tuner.restore`` continues them), while the trials that
-    ``Tuner.fit`` returns are all stopped: the trials that ended are counted here.
+    It is when the sweep ended normally (`status` FINISHED), every trial of Tune's `snapshot`
+    ended and is a row of it, and the callback wrote every run itself without losing a write
+    (:attr:`~raysearch.tracking.MlflowSweepCallback.table`).
     """
-    try:
-        return read_trials(path)
-    except ValueError as exc:  # the sweep's result does not depend on it
-        logger.warning("cannot read Tune's experiment state at %s: %s", path, exc)
+    table = None if callback is None else callback.table
+    if table is None or status != "FINISHED" or not snapshot \
+            or any(t.status not in ENDED for t in snapshot):
         return None
+    return table.frame(t.trial_id for t in snapshot)
 
 
 def _snapshot_trials(path: str) -> list[Any] | None:

@@ -31,7 +31,9 @@ class LeanResults(tune.Callback):
     record). Tune's own keys (``training_iteration``, ``time_*``, ``config``, ...), the trial's
     flags (``completed``, ``diverged``) and the `keep` metrics stay, so the searcher's
     ``on_trial_complete`` and the scheduler see what they use; Tune's statistics then cover
-    those few keys only.
+    those few keys only. When a trial ends, the reports Tune keeps with its checkpoints (which
+    come from the trial's process, whole) are trimmed the same way; Tune's own keys there
+    (``training_iteration``, ``time_total_s``) are what a retried trial restarts its count from.
 
     Args:
         keep: the metric names the searcher and the scheduler read (e.g. ``val_ece``,
@@ -45,6 +47,27 @@ class LeanResults(tune.Callback):
                         **info: Any) -> None:
         for key in [k for k in result if self._drop(k)]:
             del result[key]
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any,  # noqa: D102
+                          **info: Any) -> None:
+        self._trim_checkpoints(trial)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any,  # noqa: D102
+                       **info: Any) -> None:
+        self._trim_checkpoints(trial)
+
+    def _trim_checkpoints(self, trial: Any) -> None:
+        """Trim the reports Tune keeps with an ended trial's checkpoints, as its results."""
+        metadata = getattr(trial, "run_metadata", None)
+        manager = getattr(metadata, "checkpoint_manager", None)
+        if manager is None:
+            return
+        for kept in (manager.latest_checkpoint_result, *manager.best_checkpoint_results):
+            metrics = getattr(kept, "metrics", None)
+            if isinstance(metrics, dict):
+                for key in [k for k in metrics if self._drop(k)]:
+                    del metrics[key]
+        metadata.invalidate_cache()  # (its cached JSON held them)
 
     def _drop(self, key: Any) -> bool:
         if not isinstance(key, str) or key in self.keep:

@@ -55,12 +55,18 @@ def failed_trials(client: Any, parent_run_id: str) -> list[FailedTrial]:
         parent_run_id: the sweep's parent run.
 
     Returns:
-        One :class:`FailedTrial` per failed trial run, sorted by run name.
+        One :class:`FailedTrial` per failed trial run, sorted by run name. The store is asked
+        for those runs only (one search per failed outcome and one for FAILED runs), not for
+        every run of the sweep.
     """
-    parent = client.get_run(parent_run_id)
-    runs = tracking.sweep_runs(client, parent.info.experiment_id, parent_run_id)
+    experiment_id = client.get_run(parent_run_id).info.experiment_id
+    runs = {}
+    for where in (*(f"tags.`{tracking.OUTCOME_TAG}` = '{o}'" for o in FAILED_OUTCOMES),
+                  "attributes.status = 'FAILED'"):
+        for run in tracking.sweep_runs(client, experiment_id, parent_run_id, where=where):
+            runs[run.info.run_id] = run
     failed = []
-    for run in runs:
+    for run in runs.values():
         tags = run.data.tags
         outcome = tags.get(tracking.OUTCOME_TAG, "")
         if not tags.get(tracking.TRIAL_TAG):

@@ -30,7 +30,7 @@ from raysearch.calibration.posthoc import Outputs, split_outputs
 from raysearch.metrics import calibration_summary, softmax
 from raysearch.metrics.selection import select_best
 from raysearch.tune.cluster import init_ray
-from raysearch.tune.engine import build_tuner, make_sampler
+from raysearch.tune.engine import build_tuner
 from raysearch.tune.posthoc_record import (
     FAILED,
     config_text,
@@ -39,6 +39,7 @@ from raysearch.tune.posthoc_record import (
     open_parent,
 )
 from raysearch.tune.posthoc_space import PosthocSpace, load_posthoc_space
+from raysearch.tune.searchers import make_sampler
 from raysearch.tune.spaces import one_line
 
 __all__ = [

@@ -1,4 +1,7 @@
-"""Repeated seeds for any Ray Tune searcher: every sampled configuration runs with R seeds.
+"""A sweep's searchers: Optuna behind Ray Tune, and repeated seeds for any Tune searcher.
+
+:class:`CompletedOnlyOptunaSearch` is Tune's ``OptunaSearch`` told only complete trials as
+COMPLETE; :func:`make_sampler` is the seeded Optuna sampler of ``--sampler``.
 
 :class:`RepeatedSearcher` wraps a searcher (raysearch's Optuna searcher) for ``--repeats R``.
 The wrapped searcher samples a configuration once; the wrapper hands it to Tune R times, as R
@@ -17,9 +20,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import optuna
 from ray.tune.search import Searcher
+from ray.tune.search.optuna import OptunaSearch
 
 from raysearch.training.records import COMPLETED, DIVERGED
+from raysearch.tune.settings import SAMPLERS
 from raysearch.tune.spaces import CONFIG_ID_KEY, SEED_INDEX_KEY
 
 
@@ -137,3 +143,44 @@ class RepeatedSearcher(Searcher):
         self.repeats = state["repeats"]
         self.groups = state["groups"]
         self.trial_group = state["trial_group"]
+
+
+class CompletedOnlyOptunaSearch(OptunaSearch):
+    """OptunaSearch that tells Optuna only trials that ran all their epochs as COMPLETE.
+
+    Ray reports a trial stopped early by a scheduler as complete with its partial-epoch values;
+    here such a trial (whose last result lacks ``completed = True``) is told as PRUNED, so it never
+    enters the sampler's history or a multi-objective Pareto set as a finished trial. A trial
+    whose loss diverged (``diverged`` in its last result) is told as FAIL.
+
+    Args:
+        *args: as ``OptunaSearch``.
+        require_completed: True (raysearch's trainable): a result without ``completed = True``
+            is partial. False (a trainable of one's own): only a result with ``completed =
+            False`` is.
+        **kwargs: as ``OptunaSearch``.
+    """
+
+    def __init__(self, *args: Any, require_completed: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.require_completed = require_completed
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None,  # noqa: D102
+                          error: bool = False) -> None:
+        complete = (result or {}).get(COMPLETED, not getattr(self, "require_completed", True))
+        if not error and result is not None and result.get(DIVERGED):
+            result, error = None, True  # -> FAIL
+        elif not error and result is not None and not complete:
+            result = None  # -> PRUNED in OptunaSearch.on_trial_complete
+        super().on_trial_complete(trial_id, result=result, error=error)
+
+
+def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
+    """The seeded Optuna sampler for ``--sampler`` (tpe handles one or several objectives)."""
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=8)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    raise ValueError(f"unknown sampler '{name}'; choose from {', '.join(SAMPLERS)}")

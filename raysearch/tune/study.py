@@ -1,6 +1,6 @@
 """The sweep's Optuna study, kept in an Optuna journal file outside the Ray driver.
 
-A sweep's searcher (:class:`raysearch.tune.engine.CompletedOnlyOptunaSearch`) writes every trial
+A sweep's searcher (:class:`raysearch.tune.searchers.CompletedOnlyOptunaSearch`) writes every trial
 it asks and tells to the Optuna study named after the sweep, in an Optuna journal file
 (``optuna.storages.JournalStorage`` over a ``JournalFileBackend``; :func:`optuna_storage_url`):
 beside a SQLite MLflow store (``optuna.log`` in the folder of ``mlruns.db``), else in the sweep's

@@ -127,7 +127,8 @@ def _read_results(fs: Any, path: str) -> list[dict[str, Any]]:
 def reconcile_sweep(client: Any, parent: Any, trials: list[TrialRecords], *,
                     describe: Callable[[dict[str, Any]], tuple[str, dict[str, Any], str]],
                     repeats: int = 1, write_unfinished: bool = True,
-                    progress: Callable[[str], None] | None = None) -> Reconciled:
+                    progress: Callable[[str], None] | None = None,
+                    runs: list[Any] | None = None) -> Reconciled:
     """Write what the sweep's child runs lack of Tune's records of its trials.
 
     Args:
@@ -140,6 +141,8 @@ def reconcile_sweep(client: Any, parent: Any, trials: list[TrialRecords], *,
         write_unfinished: also fill in the epochs of trials Tune has not ended (False while
             another driver may still be writing them).
         progress: called with one line per 25 trials read and written (long sweeps).
+        runs: the sweep's runs (:func:`raysearch.tracking.sweep_runs`) when just read; None:
+            read here.
 
     Returns:
         What was written (:class:`~raysearch.tracking.reconcile.Reconciled`).
@@ -149,9 +152,10 @@ def reconcile_sweep(client: Any, parent: Any, trials: list[TrialRecords], *,
             stays written; the next pass writes the rest).
     """
     name = parent.data.tags.get(tracking.SWEEP_TAG, "")
-    runs = SweepRuns.index(client, parent.info.experiment_id, parent.info.run_id, name,
-                           tracking.sweep_runs(client, parent.info.experiment_id,
-                                               parent.info.run_id), repeats=repeats)
+    if runs is None:
+        runs = tracking.sweep_runs(client, parent.info.experiment_id, parent.info.run_id)
+    runs = SweepRuns.index(client, parent.info.experiment_id, parent.info.run_id, name, runs,
+                           repeats=repeats)
     runs.stamped = tracking.TABLE_TAG in parent.data.tags
     done = Reconciled()
     for number, trial in enumerate(trials, 1):
