@@ -19,7 +19,11 @@ out (paid once per session and per store). Per size it prints:
 - MLflow writes per trial: rows of the SQLite store's ``metrics``, ``params`` and ``tags``
   tables and files in its artifact folder, over the trials;
 - ``peak RSS``: the driver's peak resident set (``ru_maxrss``) after the sweep, and how much it
-  grew during it.
+  grew during it;
+- ``report`` and ``export``: wall seconds of ``raysearch report NAME`` and ``raysearch export
+  NAME -o FILE`` on the finished sweep's store, each in a fresh process as a user runs them
+  (Python's start and imports included; goal <= 30 s at 10,000 trials; the same commands on a
+  PostgreSQL + S3 store: ``benchmarks/read_back.py``).
 
 Below the table, per pair of consecutive sizes: the marginal overhead and driver CPU per trial,
 and the driver's peak-RSS growth per trial, ``(growth(b) - growth(a)) / (b - a)`` in MiB (the
@@ -112,10 +116,20 @@ def one_size(trials: int, epochs: int, space: str, concurrency: int) -> dict[str
         location = experiment.artifact_location.removeprefix("file://")
         counts = _store_counts(tmp / "bench.db", Path(location))
         writes = {k: counts[k] - base[k] for k in counts}
+        read = {command: _cli_seconds([command, name, "--tracking-uri", uri, *extra], tmp)
+                for command, extra in (("report", []), ("export", ["-o", str(tmp / "b.yaml")]))}
         return {"trials": trials, "complete": int(result.trials["complete"].sum()),
                 "results": len(own), "wall": wall, "cpu": cpu, "own": sum(own),
                 "rss_mib": rss1 / 1024, "rss_growth_mib": (rss1 - rss0) / 1024,
-                "writes": writes, "concurrency": concurrency}
+                "writes": writes, "concurrency": concurrency, "read": read}
+
+
+def _cli_seconds(args: list[str], cwd: Path) -> float:
+    """Wall seconds of ``raysearch <args>`` in a subprocess (Python's start and imports in)."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "raysearch.cli", *args], check=True, cwd=cwd,
+                   capture_output=True, text=True)
+    return time.perf_counter() - t0
 
 
 def run_size(trials: int, epochs: int, space: str, concurrency: int) -> dict[str, Any]:
@@ -133,7 +147,8 @@ def _row(r: dict[str, Any]) -> str:
     return (f"{n:>6d} {r['complete']:>5d} {r['wall']:8.1f} {r['wall'] / n:8.3f} "
             f"{r['own'] / n:8.3f} {overhead:9.3f} {r['cpu'] / n:8.3f} "
             f"{w['metrics'] / n:7.1f} {w['params'] / n:6.1f} {w['tags'] / n:5.1f} "
-            f"{w['artifacts'] / n:5.1f} {r['rss_mib']:7.0f} {r['rss_growth_mib']:+7.0f}")
+            f"{w['artifacts'] / n:5.1f} {r['rss_mib']:7.0f} {r['rss_growth_mib']:+7.0f} "
+            f"{r['read']['report']:7.1f} {r['read']['export']:7.1f}")
 
 
 def main() -> None:
@@ -155,7 +170,7 @@ def main() -> None:
           f"trials at a time); seconds per trial; MLflow writes per trial")
     print(f"{'trials':>6s} {'done':>5s} {'wall s':>8s} {'wall/tr':>8s} {'work/tr':>8s} "
           f"{'ovh/tr':>9s} {'cpu/tr':>8s} {'metric':>7s} {'param':>6s} {'tag':>5s} "
-          f"{'file':>5s} {'RSS MiB':>7s} {'growth':>7s}")
+          f"{'file':>5s} {'RSS MiB':>7s} {'growth':>7s} {'report':>7s} {'export':>7s}")
     results = []
     for n in sizes:
         r = run_size(n, args.epochs, args.space, args.concurrency)
