@@ -37,10 +37,10 @@ leaves them out. The machine's other load makes the wall-time figures noisy; run
 machine. Memory goal: the driver's peak-RSS growth between the two largest sizes given is at most
 0.05 MiB per trial (PASS/FAIL; meant for ``--trials 100,1000,10000``: from 1,000 to 10,000).
 
-Run time: one-epoch digits trials take ~0.7-1.2 s of sweep wall time each, two at a time on 2
-cores (140-240 s for 200 trials, measured; Ray's start and the MLflow store's creation come on
+Run time: one-epoch digits trials take ~0.3-0.6 s of sweep wall time each, two at a time on 2
+cores (313 s for 1,000 trials, measured; Ray's start and the MLflow store's creation come on
 top); Tune's experiment snapshots and the Optuna sampler's history grow with the trials, so
-``--trials 100,1000,10000`` takes an estimated 3-4 hours on 2 cores, the 10,000 point nearly all
+``--trials 100,1000,10000`` takes an estimated 1-2 hours on 2 cores, the 10,000 point nearly all
 of it (more cores shorten it).
 
 Usage: python benchmarks/sweep_scale.py [--trials 100,300,1000] [--epochs 1] [--space acls]

@@ -10,9 +10,11 @@ imports this package, which offers their public names):
 
 - :mod:`raysearch.tracking.client`: the client and experiment of a store, the params of a run,
   the batched writes (params, metrics, epochs, dataset, reliability diagram);
-- :mod:`raysearch.tracking.book`: a sweep's child-run bookkeeping and its writer thread;
 - :mod:`raysearch.tracking.sweeps`: a sweep read back (its runs, trials table, configuration
   summaries, the selection on the table, a trial's stored outputs);
+- :mod:`raysearch.tracking.live_table`: the trials table a sweep's callback keeps as its trials
+  end (what the end of the sweep selects on, without reading the runs back);
+- :mod:`raysearch.tracking.book`: a sweep's child-run bookkeeping and its writer thread;
 - :mod:`raysearch.tracking.pareto_html`: a sweep's interactive Pareto front (``pareto.html``);
 - :mod:`raysearch.tracking.export`: :func:`finalize_sweep` and the exported best config;
 - :mod:`raysearch.tracking.reconcile`: a trial's child run reconciled with Ray Tune's records
