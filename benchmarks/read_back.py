@@ -50,7 +50,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -58,35 +57,18 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the suite's server helpers (tests/clusters.py)
 
-from clusters import free_port, start_mlflow_server, start_postgres, stop_process  # noqa: E402
+from clusters import (  # noqa: E402
+    free_port,
+    start_mlflow_server,
+    start_postgres,
+    start_s3_server,
+    stop_process,
+)
 
 GOAL_S = 30.0  # seconds per command, at most
 NAME = "readback"
 EXPERIMENT = "readback"
 RAYSEARCH = [sys.executable, "-m", "raysearch.cli"]
-
-
-def start_s3(root: Path) -> tuple[subprocess.Popen, dict[str, str]]:
-    """moto's S3 server on a free port; the process and the environment a client needs."""
-    port = free_port()
-    log = open(root / "moto.log", "w")  # noqa: SIM115 (the process writes it)
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
-                             str(port)], stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    log.close()
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(endpoint + "/moto-api/", timeout=2).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                stop_process(proc, kill=True)
-                raise RuntimeError("moto server did not start") from None
-            time.sleep(0.3)
-    return proc, {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
-                  "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
 def start_team_store(stack: ExitStack, root: Path) -> tuple[str, Any, dict[str, str]]:
@@ -98,7 +80,7 @@ def start_team_store(stack: ExitStack, root: Path) -> tuple[str, Any, dict[str, 
 
     postgres = start_postgres(free_port())
     stack.callback(postgres.stop)
-    s3_proc, s3 = start_s3(root)
+    s3_proc, s3 = start_s3_server(root)
     stack.callback(stop_process, s3_proc)
     boto3.client("s3", endpoint_url=s3["AWS_ENDPOINT_URL"], aws_access_key_id="testing",
                  aws_secret_access_key="testing", region_name="us-east-1").create_bucket(

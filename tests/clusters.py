@@ -1,5 +1,6 @@
 """Processes the cluster, fault and team-store tests start: a Ray cluster of several nodes on
-this machine, a real `mlflow server` that a drill can stop and start again, a real PostgreSQL."""
+this machine, a real `mlflow server` that a drill can stop and start again, a real S3-compatible
+server, a real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -77,6 +78,38 @@ def start_mlflow_server(root: Path, port: int, *, timeout: float = 120.0,
                 tail = (root / "server.log").read_text()[-2000:]
                 raise RuntimeError(f"mlflow server did not start: {tail}") from None
             time.sleep(0.5)
+
+
+def start_s3_server(root: Path, *,
+                    timeout: float = 60.0) -> tuple[subprocess.Popen, dict[str, str]]:
+    """moto's standalone S3 server on a free port of 127.0.0.1, its log in `root`.
+
+    Returns:
+        The process (stop it with :func:`stop_process`) and the environment a client needs:
+        ``AWS_ENDPOINT_URL`` and dummy credentials, which the server accepts.
+
+    Raises:
+        RuntimeError: with the end of its log, when it does not answer within `timeout` s.
+    """
+    port = free_port()
+    with open(root / "moto.log", "w") as log:  # the process keeps its own descriptor
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
+                                 str(port)], stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(endpoint + "/moto-api/", timeout=2).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                stop_process(proc, kill=True)
+                raise RuntimeError(f"moto server did not start: "
+                                   f"{(root / 'moto.log').read_text()[-2000:]}") from None
+            time.sleep(0.3)
+    return proc, {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                  "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 20.0, *, kill: bool = False) -> None:

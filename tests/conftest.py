@@ -7,8 +7,6 @@ import os
 import pwd
 import subprocess
 import sys
-import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from clusters import (
     postgres_binary,
     start_mlflow_server,
     start_postgres,
+    start_s3_server,
     stop_process,
 )
 
@@ -60,31 +59,9 @@ def s3_server(tmp_path_factory):
     Yields the environment a client needs (``AWS_ENDPOINT_URL`` and dummy credentials, which
     the server accepts); the process is stopped by its pid at the end of the session.
     """
-    root = tmp_path_factory.mktemp("s3_server")
-    port = free_port()
-    log = open(root / "server.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
-                             str(port)], stdout=log, stderr=subprocess.STDOUT)
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(endpoint + "/moto-api/", timeout=2).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"moto server did not start: "
-                                   f"{(root / 'server.log').read_text()[-2000:]}") from None
-            time.sleep(0.3)
-    yield {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+    proc, env = start_s3_server(tmp_path_factory.mktemp("s3_server"))
+    yield env
+    stop_process(proc)
 
 
 @pytest.fixture(scope="session")
