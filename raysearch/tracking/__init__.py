@@ -10,6 +10,8 @@ imports this package, which offers their public names):
 
 - :mod:`raysearch.tracking.client`: the client and experiment of a store, the params of a run,
   the batched writes (params, metrics, epochs, dataset, reliability diagram);
+- :mod:`raysearch.tracking.reconcile`: a trial's child run reconciled with Ray Tune's records
+  of it (what ``raysearch sync`` writes);
 - :mod:`raysearch.tracking.sweeps`: a sweep read back (its runs, trials table, configuration
   summaries, the selection on the table, a trial's stored outputs);
 - :mod:`raysearch.tracking.live_table`: the trials table a sweep's callback keeps as its trials
@@ -17,8 +19,6 @@ imports this package, which offers their public names):
 - :mod:`raysearch.tracking.book`: a sweep's child-run bookkeeping and its writer thread;
 - :mod:`raysearch.tracking.pareto_html`: a sweep's interactive Pareto front (``pareto.html``);
 - :mod:`raysearch.tracking.export`: :func:`finalize_sweep` and the exported best config;
-- :mod:`raysearch.tracking.reconcile`: a trial's child run reconciled with Ray Tune's records
-  of it (what ``raysearch sync`` writes);
 - :mod:`raysearch.tracking.trial_text`: how a trial is shown (params, config, short names);
 - :mod:`raysearch.tracking.searched`: the values a sweep searched, for its summaries;
 - :mod:`raysearch.tracking.progress`: a trial's number and progress line;

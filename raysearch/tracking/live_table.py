@@ -24,7 +24,8 @@ from typing import Any
 import pandas as pd
 
 from raysearch.tracking.client import _param_text
-from raysearch.tracking.sweeps import _coerce
+from raysearch.tracking.reconcile import ENDED
+from raysearch.tracking.sweeps import _coerce, trial_row
 
 
 class LiveTable:
@@ -66,9 +67,8 @@ class LiveTable:
             self.spoiled = True  # a run this table did not see start
             return
         number, run_name, params, config_json = head
-        row = {"trial": run_name, "run_id": run_id, "trial_id": tid, "status": status,
-               "complete": complete, "outcome": outcome, **params, **latest,
-               "config": config_json}
+        row = trial_row(run_name, run_id, tid, status, complete=complete, outcome=outcome,
+                        params=params, metrics=latest, config=config_json)
         columns = tuple(row)
         with self._lock:
             self._ended.add(tid)
@@ -79,6 +79,13 @@ class LiveTable:
         """Forget running trial `tid` (its run is not this table's to describe)."""
         self._heads.pop(tid, None)
         self._latest.pop(tid, None)
+
+    def ended_frame(self, trials: Iterable[Any]) -> pd.DataFrame | None:
+        """:meth:`frame` of Tune's `trials` (``trial_id``, ``status``) when every one ended."""
+        trials = list(trials)
+        if not trials or any(t.status not in ENDED for t in trials):
+            return None
+        return self.frame(t.trial_id for t in trials)
 
     def frame(self, trial_ids: Iterable[str]) -> pd.DataFrame | None:
         """The table, when its rows are exactly the runs of `trial_ids` and nothing spoiled it.

@@ -18,7 +18,6 @@ import pandas as pd
 from raysearch.tracking.callback import MlflowSweepCallback
 from raysearch.tracking.client import ensure_experiment, get_client, log_params
 from raysearch.tracking.export import finalize_sweep
-from raysearch.tracking.reconcile import ENDED
 from raysearch.tracking.runs import DEFAULT_EXPERIMENT, SWEEP_TAG
 from raysearch.tracking.trial_text import short_name, short_value
 
@@ -117,9 +116,7 @@ class SweepCallback(MlflowSweepCallback):
         """Flush the writes, then select and attach the Pareto plot, table and best config."""
         super().on_experiment_end(trials, **info)
         self.close()
-        table = None  # the table this callback kept, when every trial ended and is a row of it
-        if self.table is not None and trials and all(t.status in ENDED for t in trials):
-            table = self.table.frame(t.trial_id for t in trials)
+        table = None if self.table is None else self.table.ended_frame(trials)
         self.trials = finalize_sweep(self.client, self.parent_run_id, tolerance=self.tolerance,
                                      ece_key=self.ece, accuracy_key=self.accuracy, table=table)
         if self.progress is not None:

@@ -68,15 +68,25 @@ def sweep_trials(client: MlflowClient, parent: Any, runs: list[Any] | None = Non
     if runs is None:
         runs = child_runs(client, parent.info.experiment_id, parent.info.run_id)
     for run in runs:
-        row = {"trial": run.info.run_name, "run_id": run.info.run_id,
-               "trial_id": run.data.tags.get(TRIAL_TAG, ""), "status": run.info.status,
-               "complete": run.data.tags.get(COMPLETE_TAG) == "true",
-               "outcome": run.data.tags.get(OUTCOME_TAG, "")}
-        row.update({k: _coerce(v) for k, v in run.data.params.items()})
-        row.update(run.data.metrics)
-        row["config"] = run.data.tags.get(CONFIG_TAG, "{}")
-        rows.append(row)
+        tags = run.data.tags
+        rows.append(trial_row(
+            run.info.run_name, run.info.run_id, tags.get(TRIAL_TAG, ""), run.info.status,
+            complete=tags.get(COMPLETE_TAG) == "true", outcome=tags.get(OUTCOME_TAG, ""),
+            params={k: _coerce(v) for k, v in run.data.params.items()},
+            metrics=run.data.metrics, config=tags.get(CONFIG_TAG, "{}")))
     return pd.DataFrame(rows)
+
+
+def trial_row(name: str, run_id: str, trial_id: str, status: str, *, complete: bool,
+              outcome: str, params: dict[str, Any], metrics: dict[str, float],
+              config: str) -> dict[str, Any]:
+    """One row of :func:`sweep_trials`.
+
+    The run's name and ids, its status, ``complete`` and ``outcome``, its params (as parsed from
+    the store's text), its last metrics and its config JSON, in that order.
+    """
+    return {"trial": name, "run_id": run_id, "trial_id": trial_id, "status": status,
+            "complete": complete, "outcome": outcome, **params, **metrics, "config": config}
 
 
 def sweep_runs(client: MlflowClient, experiment_id: str, parent_run_id: str,

@@ -331,7 +331,7 @@ def execute(plan: SweepPlan, client: Any, uri: str, experiment_id: str, parent_i
         if callback is not None:
             callback.close()  # flush the queued MLflow writes before selecting
         frame, failed = _record_end(client, uri, parent_id, name, path, plan, status, say,
-                                    table=_live_table(callback, snapshot, status))
+                                    table=_ended_table(callback, snapshot, status))
     return _result(plan, name, parent_id, uri, experiment_id, (frame, failed), status, start,
                    say)
 
@@ -399,7 +399,7 @@ def _record_end(client: Any, uri: str, parent_id: str, name: str, path: str,
     """The sweep's last MLflow writes: what Tune recorded and MLflow lacks, then the selection.
 
     Returns the trials table (:func:`raysearch.tracking.finalize_sweep`) and the failed trials.
-    `table`: the trials table the sweep's callback kept (:func:`_live_table`), when it stands
+    `table`: the trials table the sweep's callback kept (:func:`_ended_table`), when it stands
     for the store: then no run is read, and Tune's records are not (the callback wrote them).
 
     Raises:
@@ -448,18 +448,12 @@ def _ui_hint(uri: str) -> str:
     return f" (serve it with `raysearch ui{store}`)"
 
 
-def _live_table(callback: Any, snapshot: list[Any] | None, status: str) -> pd.DataFrame | None:
-    """The trials table the sweep's callback kept, when it is the store's (else None).
-
-    It is when the sweep ended normally (`status` FINISHED), every trial of Tune's `snapshot`
-    ended and is a row of it, and the callback wrote every run itself without losing a write
-    (:attr:`~raysearch.tracking.MlflowSweepCallback.table`).
-    """
+def _ended_table(callback: Any, snapshot: list[Any] | None, status: str) -> pd.DataFrame | None:
+    """The trials table the sweep's callback kept, when the sweep ended normally (else None)."""
     table = None if callback is None else callback.table
-    if table is None or status != "FINISHED" or not snapshot \
-            or any(t.status not in ENDED for t in snapshot):
+    if table is None or status != "FINISHED":
         return None
-    return table.frame(t.trial_id for t in snapshot)
+    return table.ended_frame(snapshot or [])
 
 
 def _snapshot_trials(path: str) -> list[Any] | None:
