@@ -57,6 +57,10 @@ class _SweepBook:
         self.nodes: dict[str, str] = {}  # trial id -> Ray node id its (rank-0) process ran on
         self.steps: dict[str, int] = {}  # trial id -> last epoch logged (no duplicate steps)
         self.last_results: dict[str, dict] = {}  # running trial id -> its last report
+        # running trial id -> its epochs and tags not yet sent to the store (see `hold`), and
+        # when it last sent some (monotonic seconds)
+        self.held: dict[str, _Held] = {}
+        self.sent: dict[str, float] = {}
         self.table = LiveTable()  # the ended trials' rows, as the store has them
         self.retries: dict[str, int] = {}
         self.resumed: dict[str, int] = {}  # trial id -> checkpoint epoch its attempt resumed
@@ -113,8 +117,23 @@ class _SweepBook:
         Called by the writer thread once trial `tid`'s run has its last record; what stays of
         the trial is its run id, start time and number (a few hundred bytes).
         """
-        for kept in (self.steps, self.nodes, self.resumed, self.last_line, self.last_results):
+        for kept in (self.steps, self.nodes, self.resumed, self.last_line, self.last_results,
+                     self.sent):
             kept.pop(tid, None)
+
+    def hold(self, tid: str, epochs: list[tuple[int, dict[str, float]]],
+             tags: dict[str, str]) -> None:
+        """Keep trial `tid`'s reported `epochs` (stamped now) and `tags` until :meth:`take`."""
+        held = self.held.setdefault(tid, _Held())
+        now = int(time.time() * 1000)
+        for epoch in epochs:
+            held.epochs.append(epoch)
+            held.times.append(now)
+        held.tags.update(tags)
+
+    def take(self, tid: str) -> _Held:
+        """What trial `tid` holds (:meth:`hold`), no longer held; empty when nothing is."""
+        return self.held.pop(tid, None) or _Held()
 
     def warm_end(self, total: int | None, imports: Callable[[], None]) -> None:
         """Once all `total` trials started and one more ended, run `imports` on a thread, once.
@@ -168,6 +187,20 @@ class _SweepBook:
             self.hurry.set()
             self.queue.put(None)
             self.writer.join()
+
+
+class _Held:
+    """A running trial's epochs (with when each was reported, ms) and tags not yet sent."""
+
+    __slots__ = ("epochs", "times", "tags")
+
+    def __init__(self) -> None:
+        self.epochs: list[tuple[int, dict[str, float]]] = []
+        self.times: list[int] = []
+        self.tags: dict[str, str] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.epochs or self.tags)
 
 
 _BOOKS: dict[str, _SweepBook] = {}

@@ -176,10 +176,16 @@ _PARAM_CHARS = 1000
 
 
 def log_epochs(client: MlflowClient, run_id: str, epochs: list[tuple[int, dict[str, float]]],
-               tags: dict[str, str] | None = None) -> None:
-    """Log several epochs' metrics (each at ``step=epoch``) and `tags` in one batch."""
+               tags: dict[str, str] | None = None, times: list[int] | None = None) -> None:
+    """Log several epochs' metrics (each at ``step=epoch``) and `tags` in one batch.
+
+    `times`: each epoch's timestamp (milliseconds since the Unix epoch, one per entry of
+    `epochs`: when it was reported); None: now, for all of them.
+    """
     now = int(time.time() * 1000)
-    client.log_batch(run_id, metrics=[Metric(k, v, now, step) for step, metrics in epochs
+    times = times if times is not None else [now] * len(epochs)
+    client.log_batch(run_id, metrics=[Metric(k, v, ms, step)
+                                      for (step, metrics), ms in zip(epochs, times, strict=True)
                                       for k, v in metrics.items()],
                      tags=[RunTag(k, v) for k, v in (tags or {}).items()])
 
