@@ -76,9 +76,12 @@ def test_tune_holds_the_searched_metric_and_the_records_hold_every_metric(ray_se
     assert sorted(r.results[-1]["val_m79"] for r in records) == \
         pytest.approx([0.79 + 2, 10.79 + 2, 20.79 + 2])
     assert all(len(r.results) == 2 for r in records)
-    # Tune's statistics of a trial (and their cached JSON): two metrics' instead of eighty
+    # Tune's statistics of an ended trial (and their cached JSON): none, where Tune without
+    # LeanResults keeps them for every numeric key of its reports
     for trial in snapshot_trials(str(tmp_path / "lean")):
-        assert {k for k in trial.metric_analysis if k.startswith("val_")} == {"val_m0", "val_m1"}
+        assert trial.status == "TERMINATED"
+        assert trial.metric_analysis == {}
+        assert trial.metric_n_steps == {}
         # and with its checkpoint: Tune's count to restart a retried trial from, no metrics
         kept = trial.latest_checkpoint_result.metrics
         assert kept["training_iteration"] == 2
@@ -86,6 +89,7 @@ def test_tune_holds_the_searched_metric_and_the_records_hold_every_metric(ray_se
         assert {k for k in kept if k.startswith("val_")} == {"val_m0", "val_m1"}
     for trial in snapshot_trials(str(tmp_path / "full")):
         assert "val_m79" in trial.latest_checkpoint_result.metrics
+        assert "val_m79" in trial.metric_analysis
     lean_json = [len(t.run_metadata.get_json_state()) for t in snapshot_trials(
         str(tmp_path / "lean"))]
     full_json = [len(t.run_metadata.get_json_state()) for t in snapshot_trials(

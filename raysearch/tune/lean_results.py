@@ -34,6 +34,11 @@ class LeanResults(tune.Callback):
     those few keys only. When a trial ends, the reports Tune keeps with its checkpoints (which
     come from the trial's process, whole) are trimmed the same way; Tune's own keys there
     (``training_iteration``, ``time_total_s``) are what a retried trial restarts its count from.
+    And Tune's running statistics of the ended trial (``Trial.metric_analysis``: max, min, mean,
+    last and two windows of recent values for each numeric key of its reports, ~1.7 KiB a key)
+    are dropped: only ``ExperimentAnalysis.get_best_trial``
+    reads them, which a sweep does not use (it selects on MLflow's records); a trial that runs
+    again (``--resume`` of a failed one) starts them anew.
 
     Args:
         keep: the metric names the searcher and the scheduler read (e.g. ``val_ece``,
@@ -50,15 +55,20 @@ class LeanResults(tune.Callback):
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any,  # noqa: D102
                           **info: Any) -> None:
-        self._trim_checkpoints(trial)
+        self._trim_ended(trial)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any,  # noqa: D102
                        **info: Any) -> None:
-        self._trim_checkpoints(trial)
+        self._trim_ended(trial)
 
-    def _trim_checkpoints(self, trial: Any) -> None:
-        """Trim the reports Tune keeps with an ended trial's checkpoints, as its results."""
+    def _trim_ended(self, trial: Any) -> None:
+        """Trim what Tune keeps of an ended trial: its statistics, its checkpoints' results."""
         metadata = getattr(trial, "run_metadata", None)
+        if metadata is None:
+            return
+        if isinstance(getattr(metadata, "metric_analysis", None), dict):
+            metadata.metric_analysis = {}  # (assigning invalidates the cached JSON)
+            metadata.metric_n_steps = {}
         manager = getattr(metadata, "checkpoint_manager", None)
         if manager is None:
             return
