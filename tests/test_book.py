@@ -1,11 +1,12 @@
-"""The sweep's MLflow writer thread (writes in order, after their delay; flush ends it) and
-the driver's frozen heap while Tune runs."""
+"""The sweep's MLflow writer thread (writes in order, after their delay; flush ends it), the
+driver's frozen heap while Tune runs and its trimmed heap."""
 
 from __future__ import annotations
 
 import threading
 import time
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from raysearch.tracking import book as book_module
@@ -128,3 +129,36 @@ def test_an_ended_trial_keeps_only_its_run_id_start_and_number(tmp_path):
     for running in (book.steps, book.nodes, book.resumed, book.last_line):
         assert set(running) == {"t2"}
     book.close()
+
+
+def test_trimming_hands_freed_heap_pages_back_to_the_system():
+    import sys
+
+    from raysearch.tune.heap import HeapTrim, trim_free_memory
+
+    if not sys.platform.startswith("linux") or not trim_free_memory():
+        pytest.skip("malloc_trim is glibc's (Linux)")
+
+    def resident_mib() -> float:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096 / 2**20
+
+    # 200 MiB of 2-KiB blocks (malloc's heap, not mmap) with every 64th kept: freed, the rest
+    # stays resident, as a long sweep's driver heap does
+    blocks = [bytearray(2048) for _ in range(100_000)]
+    kept = blocks[::64]
+    before = resident_mib()
+    del blocks
+    freed = resident_mib()
+    assert trim_free_memory()
+    after = resident_mib()
+    assert freed - after > 0.5 * 195, (before, freed, after)  # most of it back, not before
+    assert len(kept) == 1563
+
+    trim = HeapTrim(every=3)  # trims once every third ended trial
+    for _ in range(7):
+        trim.on_trial_complete(0, [], None)
+    trim.on_trial_error(0, [], None)
+    assert (trim.ended, trim.trims) == (8, 2)
+    with pytest.raises(ValueError, match="every"):
+        HeapTrim(every=0)

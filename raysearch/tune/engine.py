@@ -37,7 +37,7 @@ from raysearch.tune.cluster import (
     check_tracking_for_cluster,
     init_ray,
 )
-from raysearch.tune.heap import frozen_heap
+from raysearch.tune.heap import HeapTrim, frozen_heap
 from raysearch.tune.lean_results import LeanResults, kept_metrics
 from raysearch.tune.outcome import FailedTrial, failed_trials
 from raysearch.tune.plan import SweepPlan, build_shift, make_plan
@@ -498,7 +498,7 @@ def _new_tuner(plan: SweepPlan, trainable: Any, callback: Any, name: str, storag
     # Tune keeps of each report only what the searcher and scheduler read (LeanResults, last)
     return build_tuner(trainable, search_alg=searcher, scheduler=scheduler,
                        num_samples=settings.trials, max_concurrent=settings.max_concurrent,
-                       name=name, storage_path=storage, callbacks=[callback, lean],
+                       name=name, storage_path=storage, callbacks=[callback, HeapTrim(), lean],
                        keep_checkpoints=_KEEP_CHECKPOINTS, max_failures=max_failures)
 
 
