@@ -12,7 +12,8 @@ not, so a long outage costs the sweep no more than one client's retries, and the
 sweep does not wait for them again. Tune's own records hold everything dropped: ``raysearch
 sync`` (run at the end of the sweep and by ``--resume``) writes it once the store answers.
 
-It imports :mod:`raysearch.tracking.runs` and :mod:`~raysearch.tracking.live_table`;
+It imports :mod:`raysearch.tracking.runs`, :mod:`~raysearch.tracking.live_table` and
+:mod:`raysearch.training.records`;
 :mod:`raysearch.tracking.callback` imports it.
 """
 
@@ -28,7 +29,15 @@ from collections.abc import Callable
 from mlflow.tracking import MlflowClient
 
 from raysearch.tracking.live_table import LiveTable
-from raysearch.tracking.runs import check_tracking_uri
+from raysearch.tracking.runs import (
+    DEGENERATE_TAG,
+    NODE_KEY,
+    NODE_TAG,
+    RESUMED_TAG,
+    SKIPPED_TAG,
+    check_tracking_uri,
+)
+from raysearch.training.records import CHECKPOINT_SKIPPED, DEGENERATE_CALIBRATORS, RESUMED_FROM
 
 logger = logging.getLogger("raysearch.tracking")
 
@@ -120,6 +129,26 @@ class _SweepBook:
         for kept in (self.steps, self.nodes, self.resumed, self.last_line, self.last_results,
                      self.sent):
             kept.pop(tid, None)
+
+    def tag_changes(self, tid: str, result: dict) -> dict[str, str]:
+        """Tags to set: the node and the checkpoint epoch of `result` where they changed.
+
+        And the line of a skipped unreadable checkpoint or of degenerate calibrators, when
+        `result` carries one.
+        """
+        tags = {}
+        for key, tag, seen, kind in ((NODE_KEY, NODE_TAG, self.nodes, str),
+                                     (RESUMED_FROM, RESUMED_TAG, self.resumed, int)):
+            value = result.get(key)
+            if not isinstance(value, kind) or isinstance(value, bool) or seen.get(tid) == value:
+                continue
+            seen[tid] = value
+            tags[tag] = str(value)
+        if isinstance(result.get(CHECKPOINT_SKIPPED), str):
+            tags[SKIPPED_TAG] = result[CHECKPOINT_SKIPPED]
+        if isinstance(result.get(DEGENERATE_CALIBRATORS), str):
+            tags[DEGENERATE_TAG] = result[DEGENERATE_CALIBRATORS]
+        return tags
 
     def hold(self, tid: str, epochs: list[tuple[int, dict[str, float]]],
              tags: dict[str, str]) -> None:

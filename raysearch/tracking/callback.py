@@ -38,18 +38,14 @@ from raysearch.tracking.runs import (
     COMPLETE_TAG,
     CONFIG_TAG,
     CONFIGURATION_TAG,
-    DEGENERATE_TAG,
     ERROR_TAG,
-    NODE_KEY,
     NODE_TAG,
     OUTCOME_TAG,
     PARENT_TAG,
     RECORDED_TAG,
     REPEATS_TAG,
-    RESUMED_TAG,
     RETRIES_TAG,
     SEALED_OUTCOMES,
-    SKIPPED_TAG,
     SWEEP_TAG,
     TRIAL_TAG,
 )
@@ -57,7 +53,6 @@ from raysearch.tracking.sweeps import summarize_configuration, sweep_runs
 from raysearch.tracking.trial_text import describe, headline, trial_error
 from raysearch.training.records import (
     ARTIFACT_FILES,
-    CHECKPOINT_SKIPPED,
     COMPLETED,
     CONFIG_ID_KEY,
     DEGENERATE_CALIBRATORS,
@@ -65,7 +60,6 @@ from raysearch.training.records import (
     EPOCH_HISTORY,
     RELIABILITY,
     RELIABILITY_PLOT,
-    RESUMED_FROM,
     SEED_INDEX_KEY,
 )
 
@@ -443,7 +437,7 @@ class MlflowSweepCallback(tune.Callback):
         book = self.book
         if tid in book.sealed:
             return
-        tags = self._tag_changes(tid, result)
+        tags = book.tag_changes(tid, result)
         # the last report in full: what Tune keeps of it may be only what its searcher reads
         book.last_results[tid] = {k: v for k, v in result.items() if k != EPOCH_HISTORY}
         # a report carries its own epoch and the unreported epochs before it (EPOCH_HISTORY)
@@ -461,26 +455,6 @@ class MlflowSweepCallback(tune.Callback):
             self._send_held(book, tid)
         if epochs:
             self._epoch_line(trial, *epochs[-1])
-
-    def _tag_changes(self, tid: str, result: dict) -> dict[str, str]:
-        """Tags to set: the node and the checkpoint epoch of `result` where they changed.
-
-        And the line of a skipped unreadable checkpoint, when `result` carries one.
-        """
-        book = self.book
-        tags = {}
-        for key, tag, seen, kind in ((NODE_KEY, NODE_TAG, book.nodes, str),
-                                     (RESUMED_FROM, RESUMED_TAG, book.resumed, int)):
-            value = result.get(key)
-            if not isinstance(value, kind) or isinstance(value, bool) or seen.get(tid) == value:
-                continue
-            seen[tid] = value
-            tags[tag] = str(value)
-        if isinstance(result.get(CHECKPOINT_SKIPPED), str):
-            tags[SKIPPED_TAG] = result[CHECKPOINT_SKIPPED]
-        if isinstance(result.get(DEGENERATE_CALIBRATORS), str):
-            tags[DEGENERATE_TAG] = result[DEGENERATE_CALIBRATORS]
-        return tags
 
     def _epoch_line(self, trial: Any, epoch: int, metrics: dict[str, float]) -> None:
         now = time.monotonic()
@@ -524,7 +498,7 @@ class MlflowSweepCallback(tune.Callback):
         result = self._last_result(trial)
         if tid in book.sealed:  # recorded before a resume (Tune's snapshot was older)
             return
-        book.hold(tid, [], self._tag_changes(tid, result))
+        book.hold(tid, [], book.tag_changes(tid, result))
         if result.get(DIVERGED):
             self._fail(trial, str(result[DIVERGED]), result, outcome="diverged")
             return
@@ -563,7 +537,7 @@ class MlflowSweepCallback(tune.Callback):
 
         self._submit(finish, tid)
         self._report(trial, result, "done" if complete else "stopped early")
-        if isinstance(result.get(DEGENERATE_CALIBRATORS), str):  # one line (tag: _tag_changes)
+        if isinstance(result.get(DEGENERATE_CALIBRATORS), str):  # one line (tag: book.tag_changes)
             (self.progress or logger.warning)(degenerate_line(tid, result[DEGENERATE_CALIBRATORS]))
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any,  # noqa: D102
