@@ -137,7 +137,8 @@ def test_trimming_hands_freed_heap_pages_back_to_the_system():
     from raysearch.tune.heap import HeapTrim, trim_free_memory
 
     if not sys.platform.startswith("linux") or not trim_free_memory():
-        pytest.skip("malloc_trim is glibc's (Linux)")
+        pytest.skip("no glibc malloc_trim on this platform: HeapTrim does nothing here "
+                    "(Linux/glibc only)")
 
     def resident_mib() -> float:
         with open("/proc/self/statm") as f:
