@@ -45,6 +45,31 @@ def test_partial_trials_are_pruned_and_stay_off_optunas_front():
     assert front[0].values == [0.90, 0.05]
 
 
+def test_ended_trials_leave_the_searchers_memory_but_stay_in_the_study(tmp_path):
+    s = _searcher(CompletedOnlyOptunaSearch)
+    for i in range(6):
+        s.suggest(f"t{i}")
+    for i in range(5):
+        s.on_trial_complete(f"t{i}", {"val_accuracy": 0.5 + i / 100, "val_ece": 0.1,
+                                      "completed": True})
+    assert set(s._ot_trials) == {"t5"}  # the running trial only
+    assert len(s._ot_study.trials) == 6
+    assert [t.state for t in s._ot_study.trials].count(optuna.trial.TrialState.COMPLETE) == 5
+    s.on_trial_complete("t0", {"val_accuracy": 0.9, "val_ece": 0.0, "completed": True})
+    assert s._ot_study.trials[0].values == [0.5, 0.1]  # a second completion changes nothing
+    s.on_trial_result("t5", {"val_accuracy": 0.7, "val_ece": 0.2, "training_iteration": 1})
+    s.on_trial_complete("t5", {"val_accuracy": 0.7, "val_ece": 0.2, "completed": True})
+    assert s._ot_trials == {}
+    assert s._ot_study.trials[5].values == [0.7, 0.2]
+    # a searcher saved with a running trial (Tune's snapshot) and restored ends it in the study
+    assert s.suggest("t6")["method"] == "acls" and set(s._ot_trials) == {"t6"}
+    s.save(str(tmp_path / "searcher.pkl"))
+    again = _searcher(CompletedOnlyOptunaSearch)
+    again.restore(str(tmp_path / "searcher.pkl"))
+    again.on_trial_complete("t6", {"val_accuracy": 0.8, "val_ece": 0.3, "completed": True})
+    assert again._ot_trials == {} and again._ot_study.trials[6].values == [0.8, 0.3]
+
+
 def test_max_failures_default_and_the_settings_record(monkeypatch):
     from raysearch.tune.settings import SweepSettings
 

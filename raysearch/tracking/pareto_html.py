@@ -168,17 +168,27 @@ def _numbers(frame: pd.DataFrame, column: str) -> list[float | None]:
     return [float(v) if math.isfinite(v) else None for v in values.astype(float)]
 
 
+def _drawn(values: list[float | None]) -> list[float | None]:
+    """Values as the page draws them: 6 significant digits (hover texts show their own).
+
+    Full-precision floats (~18 characters each) of every metric pair made most of a page's
+    size and of the memory its writing takes.
+    """
+    return [None if v is None else float(f"{v:.6g}") for v in values]
+
+
 def _column_numbers(frame: pd.DataFrame) -> Any:
     """``column -> _numbers(frame, column)``, converting each column once.
 
     The metric pairs of a table (46 for a classification sweep) read each column several times.
     """
-    seen: dict[str, list[float | None]] = {}
+    seen: dict[tuple[str, bool], list[float | None]] = {}
 
-    def numbers(column: str) -> list[float | None]:
-        if column not in seen:
-            seen[column] = _numbers(frame, column)
-        return seen[column]
+    def numbers(column: str, drawn: bool = False) -> list[float | None]:
+        """The column's numbers; `drawn`: as the page draws them (:func:`_drawn`)."""
+        if (column, drawn) not in seen:
+            seen[column, drawn] = _drawn(numbers(column)) if drawn else _numbers(frame, column)
+        return seen[column, drawn]
 
     return numbers
 
@@ -266,7 +276,7 @@ class _Points:
 
     Attributes:
         frame: the trials table (index 0..n-1).
-        numbers: ``column -> [float | None]`` (:func:`_column_numbers`).
+        numbers: ``(column, drawn=False) -> [float | None]`` (:func:`_column_numbers`).
         members: the row indices of each method, in legend order.
         selected: the rows marked ``selected``.
         selection: the selection's (accuracy, error) columns, whose front is ``on_front``.
@@ -299,14 +309,18 @@ class _Points:
         front = self.front(acc, err, x, y)
         sem_x, sem_y = self.numbers(err + "_sem"), self.numbers(acc + "_sem")
         bars = any(v is not None for v in sem_x + sem_y)
+        x, y = self.numbers(err, drawn=True), self.numbers(acc, drawn=True)
         out: dict[str, list[Any]] = {"x": [], "y": [], "error_x": [], "error_y": []}
         for rows in self.members:
             out["x"].append([x[i] for i in rows])
             out["y"].append([y[i] for i in rows])
-            out["error_x"].append({"type": "data", "visible": bars,
-                                   "array": [sem_x[i] for i in rows]})
-            out["error_y"].append({"type": "data", "visible": bars,
-                                   "array": [sem_y[i] for i in rows]})
+            # without bars (a sweep that is not repeated) the page carries no SEM arrays
+            out["error_x"].append({"type": "data", "visible": True,
+                                   "array": [sem_x[i] for i in rows]} if bars
+                                  else {"visible": False})
+            out["error_y"].append({"type": "data", "visible": True,
+                                   "array": [sem_y[i] for i in rows]} if bars
+                                  else {"visible": False})
         for rows in (front, self.selected[:1]):
             out["x"].append([x[i] for i in rows])
             out["y"].append([y[i] for i in rows])
@@ -343,17 +357,28 @@ def _scatter_traces(points: _Points, names: list[str], text: list[str],
 
 def _write_page(path: Path, data: list[dict[str, Any]], layout: dict[str, Any], title: str
                 ) -> Path:
-    """Write the figure as one self-contained HTML page (plotly.js inlined, no MathJax)."""
+    """Write the figure as one self-contained HTML page (plotly.js inlined, no MathJax).
+
+    The page is written in parts (the head, plotly.js, the figure's ``<div>``): Plotly's
+    ``full_html`` page holds the figure's JSON in several whole-page strings at once, ~6x
+    the page's size in memory at the end of a sweep (~10 MB at 2,000 trials).
+    """
     import plotly.io as pio
+    from plotly.offline import get_plotlyjs
 
     # a plain figure dict, written unvalidated: plotly's figure objects validated and copied
     # every property (~0.3 s for a first page, at the end of every sweep); the dict holds
     # only what the traces and the layout above set
-    page = pio.to_html({"data": data, "layout": layout}, validate=False,
-                       include_plotlyjs=True, include_mathjax=False, full_html=True,
-                       config={"displaylogo": False}, div_id="pareto",
-                       default_width="100%", default_height="90vh")
-    if title:  # the page's <title> (Plotly writes none)
-        page = page.replace("<head>", f"<head><title>{html.escape(title)}</title>", 1)
-    path.write_text(page, encoding="utf-8")  # ~5 MB (plotly.js): written once
+    div = pio.to_html({"data": data, "layout": layout}, validate=False,
+                      include_plotlyjs=False, include_mathjax=False, full_html=False,
+                      config={"displaylogo": False}, div_id="pareto",
+                      default_width="100%", default_height="90vh")
+    head = f"<title>{html.escape(title)}</title>" if title else ""
+    with path.open("w", encoding="utf-8") as f:  # ~5 MB of it plotly.js
+        f.write(f'<!doctype html>\n<html>\n<head><meta charset="utf-8" />{head}\n'
+                "<style>html, body {height: 100%;}</style>\n</head>\n<body>\n<script>")
+        f.write(get_plotlyjs())
+        f.write("</script>\n")
+        f.write(div)
+        f.write("\n</body>\n</html>\n")
     return path

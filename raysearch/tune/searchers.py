@@ -153,6 +153,11 @@ class CompletedOnlyOptunaSearch(OptunaSearch):
     enters the sampler's history or a multi-objective Pareto set as a finished trial. A trial
     whose loss diverged (``diverged`` in its last result) is told as FAIL.
 
+    An ended trial's ``optuna.Trial`` handle (``OptunaSearch._ot_trials``: a copy of its
+    ``FrozenTrial`` each) is dropped once told: the study holds the trial, and Tune pickles the
+    searcher at each experiment snapshot, so the handles of ended trials would make the
+    driver's memory and each snapshot grow with the number of trials.
+
     Args:
         *args: as ``OptunaSearch``.
         require_completed: True (raysearch's trainable): a result without ``completed = True``
@@ -173,6 +178,7 @@ class CompletedOnlyOptunaSearch(OptunaSearch):
         elif not error and result is not None and not complete:
             result = None  # -> PRUNED in OptunaSearch.on_trial_complete
         super().on_trial_complete(trial_id, result=result, error=error)
+        self._ot_trials.pop(trial_id, None)  # told; `_completed_trials` keeps its id
 
 
 def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
