@@ -37,13 +37,17 @@ leaves them out. The machine's other load makes the wall-time figures noisy; run
 machine. Memory goal: the driver's peak-RSS growth between the two largest sizes given is at most
 0.05 MiB per trial (PASS/FAIL; meant for ``--trials 100,1000,10000``: from 1,000 to 10,000).
 
-Run time: one-epoch digits trials take ~0.3-0.6 s of sweep wall time each, two at a time on 2
-cores (313 s for 1,000 trials, measured; Ray's start and the MLflow store's creation come on
-top); Tune's experiment snapshots and the Optuna sampler's history grow with the trials, so
-``--trials 100,1000,10000`` takes an estimated 1-2 hours on 2 cores, the 10,000 point nearly all
-of it (more cores shorten it).
+Run time: one-epoch digits trials take ~0.25-0.4 s of sweep wall time each, two at a time on 2
+cores (256 s for 1,000 trials, measured; Ray's start and the MLflow store's creation come on
+top). Optuna's TPE sampler (the default, ``--sampler tpe``) reads its whole history for every
+parameter of every trial it proposes: ~27 ms more per ask and tell per 1,000 trials of history
+(3 parameters, 2 objectives; measured), ~0.3 s per trial at 10,000, so ``--trials
+100,1000,10000`` takes 2-3 hours on 2 cores, nearly all of it the 10,000 point. ``--sampler
+random`` has no such growth (its 10,000 point takes ~45 minutes) and the same driver memory per
+trial bar Optuna's sampler state; the memory goal is checked with it.
 
 Usage: python benchmarks/sweep_scale.py [--trials 100,300,1000] [--epochs 1] [--space acls]
+[--sampler tpe]
 """
 
 from __future__ import annotations
@@ -85,7 +89,8 @@ def _store_counts(db: Path, artifacts: Path) -> dict[str, int]:
     return counts
 
 
-def one_size(trials: int, epochs: int, space: str, concurrency: int) -> dict[str, Any]:
+def one_size(trials: int, epochs: int, space: str, concurrency: int,
+             sampler: str = "tpe") -> dict[str, Any]:
     """Run one sweep of `trials` trials in this process; its figures (see the module docstring)."""
     import ray
 
@@ -104,7 +109,7 @@ def one_size(trials: int, epochs: int, space: str, concurrency: int) -> dict[str
         name = f"scale-{trials}"
         settings = SweepSettings(num_samples=trials, max_concurrent=concurrency, epochs=epochs,
                                  seed=0, name=name, tracking_uri=uri, model="mlp",
-                                 storage_path=str(tmp / "ray"))
+                                 storage_path=str(tmp / "ray"), sampler=sampler)
         rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         cpu0, t0 = time.process_time(), time.perf_counter()
         result = run_sweep(space, settings, progress=lambda line: None)
@@ -132,10 +137,11 @@ def _cli_seconds(args: list[str], cwd: Path) -> float:
     return time.perf_counter() - t0
 
 
-def run_size(trials: int, epochs: int, space: str, concurrency: int) -> dict[str, Any]:
+def run_size(trials: int, epochs: int, space: str, concurrency: int,
+             sampler: str = "tpe") -> dict[str, Any]:
     """:func:`one_size` in a fresh Python process (its own CPU time and peak RSS)."""
     cmd = [sys.executable, __file__, "--one", str(trials), "--epochs", str(epochs),
-           "--space", space, "--concurrency", str(concurrency)]
+           "--space", space, "--concurrency", str(concurrency), "--sampler", sampler]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -157,23 +163,28 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--space", default="acls")
     ap.add_argument("--concurrency", type=int, default=2)
+    ap.add_argument("--sampler", default="tpe", choices=("tpe", "nsga2", "random"),
+                    help="the sweep's Optuna sampler (random: no per-trial cost growing with "
+                         "the history; for the memory figures of 10,000 trials)")
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one is not None:
-        print(json.dumps(one_size(args.one, args.epochs, args.space, args.concurrency)))
+        print(json.dumps(one_size(args.one, args.epochs, args.space, args.concurrency,
+                                  args.sampler)))
         return
     sizes = [int(s) for s in args.trials.split(",")]
     if len(sizes) < 2 or min(sizes) < 1 or sizes != sorted(set(sizes)):
         ap.error("--trials needs two or more increasing sizes >= 1, e.g. 100,1000,10000")
 
     print(f"'{args.space}' sweeps on digits (mlp, {args.epochs} epoch(s), {args.concurrency} "
-          f"trials at a time); seconds per trial; MLflow writes per trial")
+          f"trials at a time, Optuna sampler {args.sampler}); seconds per trial; MLflow writes "
+          f"per trial")
     print(f"{'trials':>6s} {'done':>5s} {'wall s':>8s} {'wall/tr':>8s} {'work/tr':>8s} "
           f"{'ovh/tr':>9s} {'cpu/tr':>8s} {'metric':>7s} {'param':>6s} {'tag':>5s} "
           f"{'file':>5s} {'RSS MiB':>7s} {'growth':>7s} {'report':>7s} {'export':>7s}")
     results = []
     for n in sizes:
-        r = run_size(n, args.epochs, args.space, args.concurrency)
+        r = run_size(n, args.epochs, args.space, args.concurrency, args.sampler)
         results.append(r)
         print(_row(r), flush=True)
     for a, b in zip(results, results[1:], strict=False):

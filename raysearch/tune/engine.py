@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
@@ -315,7 +316,7 @@ def execute(plan: SweepPlan, client: Any, uri: str, experiment_id: str, parent_i
         del tuner
         # Tune's last snapshot: after a Ctrl-C it is taken before the running trials stop, so
         # they are still unfinished there (and Tuner.restore continues them)
-        snapshot = _snapshot_trials(path)
+        snapshot = _trial_states(path)
         ended = None if snapshot is None else sum(t.status in ENDED for t in snapshot)
         interrupted = ended is not None and ended < settings.trials
         status = "KILLED" if interrupted else "FINISHED"
@@ -454,6 +455,17 @@ def _ended_table(callback: Any, snapshot: list[Any] | None, status: str) -> pd.D
     if table is None or status != "FINISHED":
         return None
     return table.ended_frame(snapshot or [])
+
+
+def _trial_states(path: str) -> list[Any] | None:
+    """``trial_id`` and ``status`` of each trial of Tune's last snapshot at `path` (or None).
+
+    The end of a sweep needs no more of them; Tune's restored trials (~20 KiB each) are not
+    kept through the selection.
+    """
+    trials = _snapshot_trials(path)
+    return None if trials is None else [
+        SimpleNamespace(trial_id=t.trial_id, status=t.status) for t in trials]
 
 
 def _snapshot_trials(path: str) -> list[Any] | None:
