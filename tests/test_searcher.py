@@ -62,12 +62,14 @@ def test_ended_trials_leave_the_searchers_memory_but_stay_in_the_study(tmp_path)
     assert s._ot_trials == {}
     assert s._ot_study.trials[5].values == [0.7, 0.2]
     # a searcher saved with a running trial (Tune's snapshot) and restored ends it in the study
-    assert s.suggest("t6")["method"] == "acls" and set(s._ot_trials) == {"t6"}
+    assert s.suggest("t6")["method"] == "acls"
+    assert set(s._ot_trials) == {"t6"}
     s.save(str(tmp_path / "searcher.pkl"))
     again = _searcher(CompletedOnlyOptunaSearch)
     again.restore(str(tmp_path / "searcher.pkl"))
     again.on_trial_complete("t6", {"val_accuracy": 0.8, "val_ece": 0.3, "completed": True})
-    assert again._ot_trials == {} and again._ot_study.trials[6].values == [0.8, 0.3]
+    assert again._ot_trials == {}
+    assert again._ot_study.trials[6].values == [0.8, 0.3]
 
 
 def test_max_failures_default_and_the_settings_record(monkeypatch):
