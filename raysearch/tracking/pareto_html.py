@@ -171,8 +171,8 @@ def _numbers(frame: pd.DataFrame, column: str) -> list[float | None]:
 def _drawn(values: list[float | None]) -> list[float | None]:
     """Values as the page draws them: 6 significant digits (hover texts show their own).
 
-    Full-precision floats (~18 characters each) of every metric pair made most of a page's
-    size and of the memory its writing takes.
+    Full-precision floats (~18 characters each) of every metric pair would be most of a
+    page's size and of the memory its writing takes.
     """
     return [None if v is None else float(f"{v:.6g}") for v in values]
 
@@ -311,16 +311,17 @@ class _Points:
         bars = any(v is not None for v in sem_x + sem_y)
         x, y = self.numbers(err, drawn=True), self.numbers(acc, drawn=True)
         out: dict[str, list[Any]] = {"x": [], "y": [], "error_x": [], "error_y": []}
+
+        def bar(sem: list[float | None], rows: list[int]) -> dict[str, Any]:
+            # without bars (a sweep that is not repeated) the page carries no SEM arrays
+            return ({"type": "data", "visible": True, "array": [sem[i] for i in rows]}
+                    if bars else {"visible": False})
+
         for rows in self.members:
             out["x"].append([x[i] for i in rows])
             out["y"].append([y[i] for i in rows])
-            # without bars (a sweep that is not repeated) the page carries no SEM arrays
-            out["error_x"].append({"type": "data", "visible": True,
-                                   "array": [sem_x[i] for i in rows]} if bars
-                                  else {"visible": False})
-            out["error_y"].append({"type": "data", "visible": True,
-                                   "array": [sem_y[i] for i in rows]} if bars
-                                  else {"visible": False})
+            out["error_x"].append(bar(sem_x, rows))
+            out["error_y"].append(bar(sem_y, rows))
         for rows in (front, self.selected[:1]):
             out["x"].append([x[i] for i in rows])
             out["y"].append([y[i] for i in rows])
