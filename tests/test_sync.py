@@ -160,3 +160,66 @@ def test_the_ends_records_of_tunes_trials_are_compact(ray_session, tmp_path):
     assert sorted(r.results[-1]["val_m1"] for r in records) == [x + 0.01 for x in range(16)]
     assert without_frames < tunes
     assert ours < tunes / 4, (ours, tunes)
+
+
+def test_tunes_fit_ends_without_result_frames_and_the_states_read_lean(ray_session, tmp_path):
+    # within without_result_frames(), fit()'s ResultGrid holds no DataFrame of reports (its
+    # metrics stay); outside, Tune's own ExperimentAnalysis is back. snapshot_states gives the
+    # same ids and statuses as Tune's restored trials, an errored trial included
+    import ray.tune.tune as tune_run
+    from ray import tune
+
+    from raysearch.tune.sync import TrialState, snapshot_states, snapshot_trials, \
+        without_result_frames
+
+    def trainable(config):
+        if config["x"] == 2:
+            raise RuntimeError("trial 2 fails")
+        tune.report({"val_ece": config["x"] / 10})
+
+    def fit(name):
+        return tune.Tuner(trainable, param_space={"x": tune.grid_search([0, 1, 2])},
+                          run_config=tune.RunConfig(name=name, storage_path=str(tmp_path),
+                                                    verbose=0)).fit()
+
+    original = tune_run.ExperimentAnalysis
+    with without_result_frames():
+        lean = fit("lean")
+    assert tune_run.ExperimentAnalysis is original
+    full = fit("full")
+    for grid, frames in ((lean, False), (full, True)):
+        ok = sorted((r for r in grid if r.error is None), key=lambda r: r.metrics["val_ece"])
+        assert [r.metrics["val_ece"] for r in ok] == [0.0, 0.1]
+        assert all((r.metrics_dataframe is not None) is frames for r in ok)
+    path = str(tmp_path / "lean")
+    states = snapshot_states(path)
+    assert all(isinstance(s, TrialState) for s in states)
+    assert states == [(t.trial_id, t.status) for t in snapshot_trials(path)]
+    assert sorted(s.status for s in states) == ["ERROR", "TERMINATED", "TERMINATED"]
+
+
+def test_snapshot_states_are_decoded_pair_by_pair_across_any_chunking():
+    # a snapshot as Tune writes it (trial states as JSON strings inside the document), read a
+    # few bytes at a time: a pair or a two-byte character split between reads decodes the same;
+    # a running trial is pending (as Tune restores it); a cut-off snapshot is a ValueError
+    import io
+    import json
+
+    import pytest
+
+    from raysearch.tune.sync import TrialState, read_states
+
+    pairs = [[json.dumps({"trial_id": "a1", "status": "RUNNING", "config": {"note": "é" * 9}},
+                         indent=2), json.dumps({"last_result": {"trial_id": "a1"}})],
+             [json.dumps({"trial_id": "b2", "status": "ERROR"}), "{}"],
+             [json.dumps({"trial_id": "c3", "status": "TERMINATED"}), "{}"]]
+    raw = json.dumps({"trial_data": pairs, "runner_data": {"x": [1, 2]}}, indent=2).encode()
+    expected = [TrialState("a1", "PENDING"), TrialState("b2", "ERROR"),
+                TrialState("c3", "TERMINATED")]
+    for chunk in (1, 2, 3, 5, 64, 1 << 20):
+        assert read_states(io.BytesIO(raw), chunk) == expected, chunk
+    assert read_states(io.BytesIO(b'{"trial_data": []}')) == []
+    with pytest.raises(ValueError, match="ends inside"):
+        read_states(io.BytesIO(raw[: len(raw) // 2]), 16)
+    with pytest.raises(ValueError, match="no trial_data"):
+        read_states(io.BytesIO(b'{"runner_data": {}}'))

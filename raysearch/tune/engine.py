@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
@@ -52,7 +51,13 @@ from raysearch.tune.sweep_record import (
     default_sweep_name,
     driver_id,
 )
-from raysearch.tune.sync import read_trials, reconcile_sweep, snapshot_trials
+from raysearch.tune.sync import (
+    read_trials,
+    reconcile_sweep,
+    snapshot_states,
+    snapshot_trials,
+    without_result_frames,
+)
 from raysearch.tune.trainable import trial_resources, tune_trial
 from raysearch.tune.trial_options import TrialOptions
 
@@ -310,9 +315,10 @@ def execute(plan: SweepPlan, client: Any, uri: str, experiment_id: str, parent_i
         trainable = _trainable(plan, trial_options(plan, shift_set, components))
         tuner = (_restored_tuner(restore, trainable, callback) if restore is not None else
                  _new_tuner(plan, trainable, callback, name, storage, max_failures))
-        tuner.fit()
+        with without_result_frames():  # the sweep reads the reports itself, at its end
+            tuner.fit()
         # Ctrl-C once: Tune stops the trials and returns normally. The Tuner keeps Tune's
-        # trials (~0.2 MiB each) and a DataFrame of each one's results: let them go first
+        # trials (~20 KiB each): let them go first
         del tuner
         # Tune's last snapshot: after a Ctrl-C it is taken before the running trials stop, so
         # they are still unfinished there (and Tuner.restore continues them)
@@ -458,14 +464,12 @@ def _ended_table(callback: Any, snapshot: list[Any] | None, status: str) -> pd.D
 
 
 def _trial_states(path: str) -> list[Any] | None:
-    """``trial_id`` and ``status`` of each trial of Tune's last snapshot at `path` (or None).
-
-    The end of a sweep needs no more of them; Tune's restored trials (~20 KiB each) are not
-    kept through the selection.
-    """
-    trials = _snapshot_trials(path)
-    return None if trials is None else [
-        SimpleNamespace(trial_id=t.trial_id, status=t.status) for t in trials]
+    """``trial_id`` and ``status`` of each trial of Tune's last snapshot at `path` (or None)."""
+    try:
+        return snapshot_states(path)
+    except ValueError as exc:  # the sweep's result does not depend on it
+        logger.warning("cannot read Tune's experiment state at %s: %s", path, exc)
+        return None
 
 
 def _snapshot_trials(path: str) -> list[Any] | None:
