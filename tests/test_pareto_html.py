@@ -159,6 +159,20 @@ def test_bad_tables_are_refused(tmp_path):
         pareto_html(_frame(), tmp_path / "p.html", ece_key="val_ece_ts")
 
 
+def test_no_text_of_the_table_ends_the_pages_script(tmp_path):
+    # a method or param value with "</script>" is written as JSON escapes (as Plotly writes
+    # them): the page keeps exactly its own two closing tags and the figure reads back whole
+    frame = _frame()
+    frame["method"] = ["ce", "a</script><b>x", "acls", "ls"]
+    frame["note"] = ["</script>", "ok", "<i>", "&"]
+    text = pareto_html(frame, tmp_path / "p.html").read_text(encoding="utf-8")
+    assert text.count("</script>") == 2
+    data, layout = _figure(text)
+    assert [t["name"] for t in data][:4] == ["ce", "a</script><b>x", "acls", "ls"]
+    assert "note=&lt;/script&gt;" in data[0]["text"][0]
+    assert layout["updatemenus"][0]["buttons"][0]["label"] == "val accuracy vs val ECE"
+
+
 # ---------------------------------------------------------------------------------------------
 # the page in a real headless Chromium
 

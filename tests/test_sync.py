@@ -169,8 +169,12 @@ def test_tunes_fit_ends_without_result_frames_and_the_states_read_lean(ray_sessi
     import ray.tune.tune as tune_run
     from ray import tune
 
-    from raysearch.tune.sync import TrialState, snapshot_states, snapshot_trials, \
-        without_result_frames
+    from raysearch.tune.sync import (
+        TrialState,
+        snapshot_states,
+        snapshot_trials,
+        without_result_frames,
+    )
 
     def trainable(config):
         if config["x"] == 2:

@@ -100,7 +100,8 @@ def without_result_frames() -> Iterator[None]:
     every trial's reports into a pandas DataFrame for the ``ResultGrid`` it returns (~40 KiB
     and ~7 ms of the driver per raysearch trial: 0.4 GiB at the end of a 10,000-trial sweep).
     A sweep reads the reports itself (:func:`read_trials`); here the ``ResultGrid``'s results
-    carry no ``metrics_dataframe`` (their metrics and checkpoints are Tune's as ever).
+    carry no ``metrics_dataframe`` (their metrics and checkpoints are Tune's as ever). It holds
+    for every Tuner of the process that ends while it lasts.
     """
     import ray.tune.tune as tune_run
 
