@@ -73,3 +73,30 @@ def test_a_sweep_of_ones_own_trainable_selects_on_the_table_its_callback_kept(
                                   check_like=True)
     assert frame["selected"].sum() == 1
     assert frame.loc[frame["selected"], "x"].item() == 0  # the only complete trial
+
+
+def test_the_table_is_the_frame_its_rows_dicts_make():
+    # rows kept as value tuples beside shared column tuples; a later row may lack a column
+    # (NaN), add one (NaN in the rows before) or list them in another order: the frame has the
+    # columns in order of first appearance and the dtypes pandas gives a list of the dicts
+    import math
+
+    from raysearch.tracking.live_table import _table
+
+    a = ("trial", "lr", "batch_size", "val_ece", "complete", "outcome")
+    b = ("trial", "batch_size", "complete", "outcome", "note")  # no lr, no val_ece; a note
+    c = tuple(reversed(a))
+    rows = [(0, a, ("t0", 0.1, 64, 0.05, True, "complete")),
+            (1, b, ("t1", 32, False, "diverged", None)),
+            (2, c, ("complete", True, math.nan, 128, 0.01, "t2")),
+            (3, a, ("t3", 0.3, 16, 0.07, True, "complete")),
+            (4, b, ("t4", 8, True, "complete", "kept"))]
+    table = _table(rows)
+    expected = pd.DataFrame([dict(zip(columns, values, strict=True))
+                             for _, columns, values in rows])
+    pd.testing.assert_frame_equal(table, expected)
+    assert list(table.columns) == [*a, "note"]
+    assert table["batch_size"].tolist() == [64, 32, 128, 16, 8]
+    assert table["val_ece"].isna().tolist() == [False, True, True, False, True]
+    assert table["note"].isna().tolist() == [True, True, True, True, False]
+    assert table["note"].iloc[4] == "kept"
