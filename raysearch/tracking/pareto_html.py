@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from raysearch.metrics.selection import pareto_front
@@ -170,10 +171,11 @@ def _axis(name: str, column: str) -> dict[str, Any]:
             f"{name}.tickformat": ".1%" if _is_fraction(column) else ".3~g"}
 
 
-def _numbers(frame: pd.DataFrame, column: str) -> list[float | None]:
-    values = pd.to_numeric(frame[column], errors="coerce") if column in frame else \
-        pd.Series([math.nan] * len(frame))
-    return [float(v) if math.isfinite(v) else None for v in values.astype(float)]
+def _numbers(frame: pd.DataFrame, column: str) -> np.ndarray:
+    """The column as float64 (NaN where it is missing, not a number or infinite)."""
+    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float) \
+        if column in frame else np.full(len(frame), math.nan)
+    return np.where(np.isfinite(values), values, math.nan)
 
 
 def _drawn(values: list[float | None]) -> list[float | None]:
@@ -186,17 +188,24 @@ def _drawn(values: list[float | None]) -> list[float | None]:
 
 
 def _column_numbers(frame: pd.DataFrame) -> Any:
-    """``column -> _numbers(frame, column)``, converting each column once.
+    """``column -> [float | None]`` (None: missing), converting each column once.
 
-    The metric pairs of a table (46 for a classification sweep) read each column several times.
+    The metric pairs of a table (46 for a classification sweep) read each column several
+    times; each is kept as a float64 array (8 bytes a value, not ~32 as a list of floats) and
+    as the list the page draws (:func:`_drawn`).
     """
-    seen: dict[tuple[str, bool], list[float | None]] = {}
+    arrays: dict[str, np.ndarray] = {}
+    drawn_lists: dict[str, list[float | None]] = {}
 
     def numbers(column: str, drawn: bool = False) -> list[float | None]:
         """The column's numbers; `drawn`: as the page draws them (:func:`_drawn`)."""
-        if (column, drawn) not in seen:
-            seen[column, drawn] = _drawn(numbers(column)) if drawn else _numbers(frame, column)
-        return seen[column, drawn]
+        if drawn:
+            if column not in drawn_lists:
+                drawn_lists[column] = _drawn(numbers(column))
+            return drawn_lists[column]
+        if column not in arrays:
+            arrays[column] = _numbers(frame, column)
+        return [v if v == v else None for v in arrays[column].tolist()]
 
     return numbers
 
