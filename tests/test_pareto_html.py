@@ -173,6 +173,40 @@ def test_no_text_of_the_table_ends_the_pages_script(tmp_path):
     assert layout["updatemenus"][0]["buttons"][0]["label"] == "val accuracy vs val ECE"
 
 
+
+def test_rows_are_read_by_position_whatever_the_index(tmp_path):
+    # the table finalize_sweep draws keeps the trials table's index (failed rows left out):
+    # the page of a table indexed 7, 3, 12, 5 is the page of the same rows indexed 0..3
+    frame = _frame()
+    shuffled = frame.set_axis([7, 3, 12, 5])
+    plain = pareto_html(frame, tmp_path / "plain.html", title="t").read_text(encoding="utf-8")
+    moved = pareto_html(shuffled, tmp_path / "moved.html", title="t").read_text(
+        encoding="utf-8")
+    assert moved == plain
+    data, _ = _figure(moved)
+    mbls = next(trace for trace in data if trace["name"] == "mbls")
+    assert mbls["marker"]["line"]["width"] == [2]  # row 1 (index 3) is on the front
+    assert mbls["text"][0].startswith("<b>demo-001-mbls</b> (selected, on the Pareto front)")
+
+
+def test_every_dropdown_entry_and_hover_text_of_a_long_table(tmp_path):
+    # 2,500 trials: hover texts and pairs are made as the page is written (a thousand rows at
+    # a time); every trial is hovered once, in its method's trace, in row order
+    n = 2500
+    frame = pd.concat([_frame()] * (n // 4 + 1), ignore_index=True).iloc[:n]
+    frame = frame.assign(trial=[f"t{i:04d}" for i in range(n)],
+                         val_ece=[0.01 + i / 1e5 for i in range(n)])
+    data, layout = _figure(pareto_html(frame, tmp_path / "p.html").read_text(
+        encoding="utf-8"))
+    ce = next(trace for trace in data if trace["name"] == "ce")
+    assert [t[3:8] for t in ce["text"]] == [f"t{i:04d}" for i in range(0, n, 4)]
+    assert ce["x"] == [round(0.01 + i / 1e5, 6) for i in range(0, n, 4)]
+    buttons = layout["updatemenus"][0]["buttons"]
+    assert [b["label"] for b in buttons] == ["val accuracy vs val ECE",
+                                             "val accuracy vs val NLL",
+                                             "test accuracy vs test ECE"]
+    assert all(len(b["args"][0]["x"]) == len(data) for b in buttons)
+
 # ---------------------------------------------------------------------------------------------
 # the page in a real headless Chromium
 

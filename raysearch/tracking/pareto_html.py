@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import functools
 import html
+import importlib.resources
 import json
 import math
+import shutil
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -164,6 +167,11 @@ def _escaped(text: str) -> str:
     return html.escape(text)
 
 
+def _pair_label(acc: str, err: str) -> str:
+    """A metric pair's dropdown entry: ``val accuracy vs val ECE``."""
+    return f"{_label(acc)} vs {_label(err)}"
+
+
 def _axis(name: str, column: str) -> dict[str, Any]:
     """Relayout keys of axis `name` (``xaxis``, ``yaxis``) for a metric column."""
     unit = " (nats)" if "_nll" in column else ""
@@ -178,34 +186,31 @@ def _numbers(frame: pd.DataFrame, column: str) -> np.ndarray:
     return np.where(np.isfinite(values), values, math.nan)
 
 
-def _drawn(values: list[float | None]) -> list[float | None]:
+def _drawn(values: np.ndarray) -> np.ndarray:
     """Values as the page draws them: 6 significant digits (hover texts show their own).
 
     Full-precision floats (~18 characters each) of every metric pair would be most of a
-    page's size and of the memory its writing takes.
+    page's size and of the memory its writing takes. NaN stays NaN.
     """
-    return [None if v is None else float(f"{v:.6g}") for v in values]
+    return np.array([float(f"{v:.6g}") for v in values.tolist()], dtype=float)
 
 
 def _column_numbers(frame: pd.DataFrame) -> Any:
-    """``column -> [float | None]`` (None: missing), converting each column once.
+    """``(column, drawn=False) -> [float | None]`` (None: missing), converting each column once.
 
     The metric pairs of a table (46 for a classification sweep) read each column several
-    times; each is kept as a float64 array (8 bytes a value, not ~32 as a list of floats) and
-    as the list the page draws (:func:`_drawn`).
+    times; each is kept as float64 arrays (8 bytes a value, not ~32 as a list of floats): its
+    values and the values the page draws (:func:`_drawn`). The lists are made per call.
     """
-    arrays: dict[str, np.ndarray] = {}
-    drawn_lists: dict[str, list[float | None]] = {}
+    arrays: dict[tuple[str, bool], np.ndarray] = {}
 
     def numbers(column: str, drawn: bool = False) -> list[float | None]:
         """The column's numbers; `drawn`: as the page draws them (:func:`_drawn`)."""
-        if drawn:
-            if column not in drawn_lists:
-                drawn_lists[column] = _drawn(numbers(column))
-            return drawn_lists[column]
-        if column not in arrays:
-            arrays[column] = _numbers(frame, column)
-        return [v if v == v else None for v in arrays[column].tolist()]
+        if (column, False) not in arrays:
+            arrays[column, False] = _numbers(frame, column)
+        if (column, drawn) not in arrays:
+            arrays[column, drawn] = _drawn(arrays[column, False])
+        return [v if v == v else None for v in arrays[column, drawn].tolist()]
 
     return numbers
 
@@ -251,35 +256,36 @@ def pareto_html(frame: pd.DataFrame, path: str | Path, *, accuracy_key: str = "v
                if c not in frame]
     if missing:
         raise ValueError(f"pareto_html: the trials table has no column {missing[0]!r}")
-    frame = frame.reset_index(drop=True)
     metrics = [str(c) for c in frame.columns if str(c).startswith(METRIC_PREFIXES)]
     params = [str(c) for c in frame.columns
               if str(c) not in _NOT_PARAMS and str(c) not in metrics]
-    # the rows as dicts a thousand at a time (all at once: ~7 KiB a trial of ~90 columns)
-    text = [_hover(row, params, metrics) for start in range(0, len(frame), 1000)
-            for row in frame.iloc[start:start + 1000].to_dict("records")]
     groups = frame["method"].astype(str) if "method" in frame else pd.Series(
         ["trials"] * len(frame))
     names = list(dict.fromkeys(groups))
     members = [[i for i, g in enumerate(groups) if g == name] for name in names]
     selected = [i for i, s in enumerate(frame["selected"]) if _flag(s)]
-    points = _Points(frame, _column_numbers(frame), members, selected, (accuracy_key, ece_key))
+    points = _Points(frame, _column_numbers(frame), members, selected, (accuracy_key, ece_key),
+                     params, metrics)
     pairs = metric_pairs(frame, accuracy_key, ece_key)
-    data = _scatter_traces(points, names, text, points.traces(*pairs[0]))
-    buttons = []
-    for acc, err in pairs:
-        label = f"{_label(acc)} vs {_label(err)}"
-        buttons.append({"label": label, "method": "update",
-                        "args": [points.traces(acc, err),
-                                 {**_axis("xaxis", err), **_axis("yaxis", acc),
-                                  "title.text": f"{title}<br><sup>{label}</sup>"
-                                  if title else label}]})
-    label = buttons[0]["label"]
+    data = _scatter_traces(points, names, points.traces(*pairs[0]))
+
+    def title_text(label: str) -> str:
+        return f"{title}<br><sup>{label}</sup>" if title else label
+
+    def buttons() -> Iterator[dict[str, Any]]:
+        # one metric pair's traces at a time, as the page is written
+        for acc, err in pairs:
+            label = _pair_label(acc, err)
+            yield {"label": label, "method": "update",
+                   "args": [points.traces(acc, err),
+                            {**_axis("xaxis", err), **_axis("yaxis", acc),
+                             "title.text": title_text(label)}]}
+
     layout = {
-        "title": {"text": f"{title}<br><sup>{label}</sup>" if title else label},
+        "title": {"text": title_text(_pair_label(*pairs[0]))},
         "template": pio.templates["plotly_white"].to_plotly_json(),
         "hoverlabel": {"align": "left"}, "legend": {"title": {"text": "method"}},
-        "updatemenus": [{"buttons": buttons, "direction": "down", "showactive": True,
+        "updatemenus": [{"buttons": buttons(), "direction": "down", "showactive": True,
                          "x": 1.0, "xanchor": "right", "y": 1.02, "yanchor": "bottom"}],
         "margin": {"t": 110}}
     for axis, column in (("xaxis", pairs[0][1]), ("yaxis", pairs[0][0])):
@@ -294,11 +300,13 @@ class _Points:
     """What the traces of every metric pair are drawn from (:func:`pareto_html`).
 
     Attributes:
-        frame: the trials table (index 0..n-1).
+        frame: the trials table (rows are read by position).
         numbers: ``(column, drawn=False) -> [float | None]`` (:func:`_column_numbers`).
         members: the row indices of each method, in legend order.
         selected: the rows marked ``selected``.
         selection: the selection's (accuracy, error) columns, whose front is ``on_front``.
+        params: the param columns a hover text shows.
+        metrics: the metric columns a hover text shows.
     """
 
     frame: pd.DataFrame
@@ -306,6 +314,14 @@ class _Points:
     members: list[list[int]]
     selected: list[int]
     selection: tuple[str, str]
+    params: list[str]
+    metrics: list[str]
+
+    def texts(self, rows: list[int]) -> Iterator[str]:
+        """The hover texts of `rows`, made as they are read (the rows a thousand at a time)."""
+        for start in range(0, len(rows), 1000):
+            for row in self.frame.iloc[rows[start:start + 1000]].to_dict("records"):
+                yield _hover(row, self.params, self.metrics)
 
     def front(self, acc: str, err: str, x: list[Any], y: list[Any]) -> list[int]:
         """The rows on the Pareto front of one pair, sorted by error then accuracy."""
@@ -349,15 +365,18 @@ class _Points:
         return out
 
 
-def _scatter_traces(points: _Points, names: list[str], text: list[str],
-                    first: dict[str, list[Any]]) -> list[dict[str, Any]]:
-    """The figure's traces for the first metric pair: one per method, the front, the star."""
+def _scatter_traces(points: _Points, names: list[str], first: dict[str, list[Any]]
+                    ) -> list[dict[str, Any]]:
+    """The figure's traces for the first metric pair: one per method, the front, the star.
+
+    Their hover texts are iterators (:meth:`_Points.texts`), made as the page is written.
+    """
     data: list[dict[str, Any]] = []
-    on_front = points.frame["on_front"]
+    on_front = points.frame["on_front"].tolist()
     for k, (name, rows) in enumerate(zip(names, points.members, strict=True)):
         data.append({
             "type": "scatter", "x": first["x"][k], "y": first["y"][k], "mode": "markers",
-            "name": name, "text": [text[i] for i in rows],
+            "name": name, "text": points.texts(rows),
             "hovertemplate": "%{text}<extra></extra>",
             "error_x": first["error_x"][k], "error_y": first["error_y"][k],
             "marker": {"size": 9, "color": _COLOURS[k % len(_COLOURS)], "opacity": 0.85,
@@ -368,7 +387,7 @@ def _scatter_traces(points: _Points, names: list[str], text: list[str],
                  "line": {"color": "black", "width": 1.5, "dash": "dash"}})
     data.append({"type": "scatter", "x": first["x"][-1], "y": first["y"][-1],
                  "mode": "markers", "name": "selected",
-                 "text": [text[i] for i in points.selected[:1]],
+                 "text": points.texts(points.selected[:1]),
                  "hovertemplate": "%{text}<extra></extra>",
                  "marker": {"symbol": "star", "size": 20, "color": "gold",
                             "line": {"width": 1.5, "color": "black"}}})
@@ -382,16 +401,18 @@ def _write_page(path: Path, data: list[dict[str, Any]], layout: dict[str, Any], 
     The page calls plotly.js's ``Plotly.newPlot(div, data, layout, config)`` on the figure's
     JSON, which is written a part at a time (each trace's field, each dropdown entry): the
     memory it takes is that of its largest part, not of the page (34 MB at 10,000 trials, which
-    Plotly's ``to_html`` held several times over). ``<``, ``>`` and ``/`` in its strings are
-    written as JSON escapes, as Plotly writes them, so no text ends the page's ``<script>``.
+    Plotly's ``to_html`` held several times over); plotly.js is copied a MiB at a time.
+    ``<``, ``>`` and ``/`` in its strings are written as JSON escapes, as Plotly writes them,
+    so no text ends the page's ``<script>``.
     """
-    from plotly.offline import get_plotlyjs
-
     head = f"<title>{html.escape(title)}</title>" if title else ""
     with path.open("w", encoding="utf-8") as f:  # ~5 MB of it plotly.js
         f.write(f'<!doctype html>\n<html>\n<head><meta charset="utf-8" />{head}\n'
                 "<style>html, body {height: 100%;}</style>\n</head>\n<body>\n<script>")
-        f.write(get_plotlyjs())
+        # plotly.js, the file plotly.offline.get_plotlyjs() reads
+        with (importlib.resources.files("plotly") / "package_data" / "plotly.min.js").open(
+                encoding="utf-8", newline="") as js:
+            shutil.copyfileobj(js, f, 1 << 20)
         f.write('</script>\n<div style="height:90vh; width:100%;"><div id="pareto" '
                 'class="plotly-graph-div" style="height:100%; width:100%;"></div></div>\n'
                 '<script>\nPlotly.newPlot("pareto", ')
@@ -409,6 +430,8 @@ def _script_safe(text: str) -> str:
 def _write_json(f: Any, value: Any, depth: int) -> None:
     """Write `value` as JSON to `f`, its dicts and lists `depth` levels deep a member at a time.
 
+    An iterator there (a generator) is written as a list, each member made as it is written.
+
     Missing numbers are None (``null``); a NaN or infinity is a ValueError (not JSON).
     """
     if depth and isinstance(value, dict):
@@ -417,7 +440,7 @@ def _write_json(f: Any, value: Any, depth: int) -> None:
             f.write(("," if i else "") + _script_safe(json.dumps(str(key))) + ":")
             _write_json(f, member, depth - 1)
         f.write("}")
-    elif depth and isinstance(value, list):
+    elif depth and isinstance(value, list | Iterator):
         f.write("[")
         for i, member in enumerate(value):
             if i:
