@@ -213,8 +213,10 @@ def _attach_pareto(client: MlflowClient, parent: Any, frame: pd.DataFrame, folde
     Nothing is drawn when no complete trial has the accuracy. A repeated sweep's points carry
     ±1 SEM error bars.
     """
-    shown = frame[frame["complete"] & frame[accuracy_key].notna()] \
-        if accuracy_key in frame else frame.iloc[0:0]
+    if accuracy_key not in frame:
+        return
+    drawn = frame["complete"] & frame[accuracy_key].notna()
+    shown = frame if drawn.all() else frame[drawn]  # (no copy of a table that is all drawn)
     if shown.empty:
         return
     from raysearch.training import plots  # matplotlib (see warm_end_imports)

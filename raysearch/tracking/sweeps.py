@@ -285,16 +285,27 @@ def stored_trials(client: MlflowClient, parent: Any) -> pd.DataFrame | None:
 
 
 def write_parquet(frame: pd.DataFrame, path: str | Path) -> Path:
-    """Write a trials table with pyarrow (mixed-type param columns stored as strings)."""
-    frame = frame.copy()
+    """Write a trials table with pyarrow (mixed-type param columns stored as strings).
+
+    The rows are converted and written 1,000 at a time (one Parquet row group each), so the
+    memory it takes does not grow with the table.
+    """
+    frame = frame.copy(deep=False)  # (copy-on-write: the caller's table is not changed)
     for col in frame.columns:
         if frame[col].dtype == object:
             kinds = {type(v) for v in frame[col] if v is not None and v == v}
             if len(kinds) > 1 or kinds - {str, bool}:
                 frame[col] = frame[col].map(lambda v: None if v is None or v != v else str(v))
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    pq.write_table(table, path)
+    schema = pa.Schema.from_pandas(frame, preserve_index=False)
+    with pq.ParquetWriter(path, schema) as writer:
+        for start in range(0, max(len(frame), 1), _ROW_GROUP):
+            writer.write_table(pa.Table.from_pandas(frame.iloc[start:start + _ROW_GROUP],
+                                                    schema=schema, preserve_index=False))
     return Path(path)
+
+
+#: Rows per row group of :func:`write_parquet`.
+_ROW_GROUP = 1000
 
 
 def annotate_selection(
@@ -313,13 +324,17 @@ def annotate_selection(
     """
     if selection not in SELECTIONS:
         raise ValueError(f"unknown selection '{selection}'; choose from {', '.join(SELECTIONS)}")
-    frame = frame.copy()
+    frame = frame.copy(deep=False)  # (copy-on-write: the caller's table is not changed)
     frame["on_front"] = False
     frame["selected"] = False
     if frame.empty or "complete" not in frame or accuracy_key not in frame \
             or ece_key not in frame:
         return frame
-    eligible = frame[frame["complete"] & frame[accuracy_key].notna() & frame[ece_key].notna()]
+    # the rule reads the metric columns only: the other columns are not copied
+    metric_columns = [c for c in frame.columns
+                      if isinstance(c, str) and c.startswith((accuracy_key, ece_key))]
+    eligible = frame.loc[frame["complete"] & frame[accuracy_key].notna()
+                         & frame[ece_key].notna(), metric_columns]
     if eligible.empty:
         return frame
     table = selection_table(eligible.reset_index(drop=True), accuracy=accuracy_key, ece=ece_key,
