@@ -322,7 +322,7 @@ def execute(plan: SweepPlan, client: Any, uri: str, experiment_id: str, parent_i
         del tuner
         # Tune's last snapshot: after a Ctrl-C it is taken before the running trials stop, so
         # they are still unfinished there (and Tuner.restore continues them)
-        snapshot = _trial_states(path)
+        snapshot = _read_snapshot(snapshot_states, path)
         ended = None if snapshot is None else sum(t.status in ENDED for t in snapshot)
         interrupted = ended is not None and ended < settings.trials
         status = "KILLED" if interrupted else "FINISHED"
@@ -350,7 +350,7 @@ def _restored_tuner(restore: str, trainable: Any, callback: Any) -> tune.Tuner:
     tuner = tune.Tuner.restore(restore, trainable=trainable, resume_unfinished=True,
                                resume_errored=True)
     callback.setup()  # adopt the sweep's runs now (Tune's restored copy shares them)
-    trials = _snapshot_trials(restore)
+    trials = _read_snapshot(snapshot_trials, restore)
     if trials is not None:
         callback.known_trials({t.trial_id for t in trials})
     return tuner
@@ -463,19 +463,14 @@ def _ended_table(callback: Any, snapshot: list[Any] | None, status: str) -> pd.D
     return table.ended_frame(snapshot or [])
 
 
-def _trial_states(path: str) -> list[Any] | None:
-    """``trial_id`` and ``status`` of each trial of Tune's last snapshot at `path` (or None)."""
-    try:
-        return snapshot_states(path)
-    except ValueError as exc:  # the sweep's result does not depend on it
-        logger.warning("cannot read Tune's experiment state at %s: %s", path, exc)
-        return None
+def _read_snapshot(reader: Callable[[str], list[Any]], path: str) -> list[Any] | None:
+    """What `reader` reads of Tune's last experiment snapshot at `path` (None if unreadable).
 
-
-def _snapshot_trials(path: str) -> list[Any] | None:
-    """The trials of Tune's last experiment snapshot at `path` (None if unreadable)."""
+    `reader` is :func:`~raysearch.tune.sync.snapshot_states` or
+    :func:`~raysearch.tune.sync.snapshot_trials`; a snapshot it cannot read is a warning.
+    """
     try:
-        return snapshot_trials(path)
+        return reader(path)
     except ValueError as exc:  # the sweep's result does not depend on it
         logger.warning("cannot read Tune's experiment state at %s: %s", path, exc)
         return None
