@@ -40,7 +40,8 @@ def test_a_long_table_reads_back_whole_from_its_row_groups(tmp_path):
     assert frame["margin"].iloc[1] == 1
     # an empty table is a file with the columns and no rows
     empty = pd.read_parquet(write_parquet(frame.iloc[0:0], tmp_path / "empty.parquet"))
-    assert list(empty.columns) == list(frame.columns) and empty.empty
+    assert list(empty.columns) == list(frame.columns)
+    assert empty.empty
 
 
 def test_the_selection_leaves_the_callers_table_as_it_was():
