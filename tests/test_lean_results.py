@@ -21,10 +21,14 @@ def test_a_report_loses_the_metrics_nobody_reads_and_keeps_tunes_keys():
               "val_ece": 0.1, "val_nll": 0.4, "train_loss": 1.0, "test_ece": 0.2,
               "shift_ece": 0.3, "test_reliability": {"edges": [0, 1]},
               EPOCH_HISTORY: [{"epoch": 2, "val_ece": 0.2}], 7: "not a str"}
-    LeanResults({"val_ece"}).on_trial_result(0, [], None, result)
-    assert result == {"training_iteration": 3, "time_total_s": 1.5, "config": {"x": 1},
-                      "done": False, "trial_id": "a", "epoch": 3, "completed": True,
-                      "diverged": "", "val_ece": 0.1, 7: "not a str"}
+    lean = dict(result)
+    LeanResults({"val_ece"}).on_trial_result(0, [], None, lean)
+    assert lean == {"training_iteration": 3, "time_total_s": 1.5, "config": {"x": 1},
+                    "done": False, "trial_id": "a", "epoch": 3, "completed": True,
+                    "diverged": "", "val_ece": 0.1, 7: "not a str"}
+    # a sweep's: the report's copy of the trial's config goes too (Tune keeps Trial.config)
+    LeanResults({"val_ece"}, keep_config=False).on_trial_result(0, [], None, result)
+    assert result == {k: v for k, v in lean.items() if k != "config"}
 
 
 @pytest.mark.integration
@@ -62,6 +66,7 @@ def test_tune_holds_the_searched_metric_and_the_records_hold_every_metric(ray_se
 
     lean = fit([JsonLoggerCallback(), Recorder(), LeanResults(kept_metrics("val_m0", "val_m1"))],
                "lean")
+    sweep = fit([JsonLoggerCallback(), LeanResults({"val_m1"}, keep_config=False)], "sweep")
     fit([JsonLoggerCallback()], "full")  # the same trials with everything kept
     assert len(seen) == 6
     assert all(len([k for k in r if k.startswith("val_")]) == 80
@@ -87,6 +92,16 @@ def test_tune_holds_the_searched_metric_and_the_records_hold_every_metric(ray_se
         assert kept["training_iteration"] == 2
         assert "time_total_s" in kept
         assert {k for k in kept if k.startswith("val_")} == {"val_m0", "val_m1"}
+        assert kept["config"] == trial.config
+    # without the report's config (a sweep's): Tune keeps its own, the reports have none
+    assert all(result.config is None for result in sweep)
+    assert sorted(r.metrics["val_m1"] for r in sweep) == pytest.approx([2.01, 12.01, 22.01])
+    for trial in snapshot_trials(str(tmp_path / "sweep")):
+        assert "config" not in trial.last_result
+        assert "config" not in trial.latest_checkpoint_result.metrics
+        assert trial.config["x"] == pytest.approx(trial.last_result["val_m1"] - 2.01)
+    assert sorted(r.results[-1]["config"]["x"] for r in read_trials(str(tmp_path / "sweep"))) \
+        == [0.0, 10.0, 20.0]  # result.json has every report whole
     for trial in snapshot_trials(str(tmp_path / "full")):
         assert "val_m79" in trial.latest_checkpoint_result.metrics
         assert "val_m79" in trial.metric_analysis

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ray import tune
+from ray.tune.result import CONFIG_PREFIX
 
 from raysearch.tracking.runs import METRIC_PREFIXES
 from raysearch.training.records import EPOCH_HISTORY
@@ -28,8 +29,12 @@ class LeanResults(tune.Callback):
     ``RunConfig.callbacks``): it deletes, in place, the keys that start with
     :data:`~raysearch.tracking.runs.METRIC_PREFIXES` other than `keep`, and
     :data:`~raysearch.training.records.EPOCH_HISTORY` (the epochs a report carries for the
-    record). Tune's own keys (``training_iteration``, ``time_*``, ``config``, ...), the trial's
-    flags (``completed``, ``diverged``) and the `keep` metrics stay, so the searcher's
+    record), and with ``keep_config=False`` the copy of the trial's config each report carries
+    (``config``, ~1.2 KiB a trial in its last result and as much in its checkpoints' results;
+    Tune keeps the trial's own, ``Trial.config``, and reads the copy only for its console
+    tables and the ``Result.config`` of the ``ResultGrid`` that ``Tuner.fit`` returns, which
+    a sweep does not read). Tune's other keys (``training_iteration``, ``time_*``, ...), the
+    trial's flags (``completed``, ``diverged``) and the `keep` metrics stay, so the searcher's
     ``on_trial_complete`` and the scheduler see what they use; Tune's statistics then cover
     those few keys only. When a trial ends, the reports Tune keeps with its checkpoints (which
     come from the trial's process, whole) are trimmed the same way; Tune's own keys there
@@ -43,10 +48,12 @@ class LeanResults(tune.Callback):
     Args:
         keep: the metric names the searcher and the scheduler read (e.g. ``val_ece``,
             ``val_accuracy``).
+        keep_config: keep the report's ``config``. Defaults to True.
     """
 
-    def __init__(self, keep: Iterable[str]) -> None:
+    def __init__(self, keep: Iterable[str], *, keep_config: bool = True) -> None:
         self.keep = frozenset(keep)
+        self.keep_config = keep_config
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict,  # noqa: D102
                         **info: Any) -> None:
@@ -82,6 +89,8 @@ class LeanResults(tune.Callback):
     def _drop(self, key: Any) -> bool:
         if not isinstance(key, str) or key in self.keep:
             return False
+        if key == CONFIG_PREFIX:
+            return not self.keep_config
         return key == EPOCH_HISTORY or key.startswith(METRIC_PREFIXES)
 
 
