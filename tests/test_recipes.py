@@ -406,3 +406,15 @@ def test_a_recipe_files_datasets_are_read_again_when_the_file_changes(tmp_path, 
     assert recipes._declared_datasets("mine") == ("cifar10",)
     os.utime(path, ns=(2_000_000_000, 2_000_000_000))  # changed: read again
     assert recipes._declared_datasets("mine") == ("svhn", "cifar100")
+
+
+def test_the_datasets_read_ahead_are_the_loaded_recipes(monkeypatch):
+    # the quick read of every bundled file (libyaml, unchecked) gives each recipe's datasets
+    # as the checked load does
+    from raysearch.tune import recipes
+
+    monkeypatch.setattr(recipes, "_DECLARED", {})
+    names = recipes.available_recipes()
+    assert len(names) >= 10
+    for name in names:
+        assert recipes._declared_datasets(name) == tuple(recipes.load_recipe(name).datasets)

@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
 from raysearch.config.flat import flat_key_path
 from raysearch.registry import did_you_mean
 from raysearch.tune.spaces import SpaceError, Spec, read_yaml, spec_doc, training_specs
@@ -226,19 +228,23 @@ def default_recipe(methods: Sequence[str], dataset: str | None) -> tuple[Recipe 
 
 
 _DECLARED: dict[Path, tuple[int, tuple[str, ...]]] = {}  # path -> (mtime_ns, its datasets)
+#: PyYAML's safe loader, on libyaml's parser where PyYAML was built with it.
+_FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _declared_datasets(name: str) -> tuple[str, ...]:
     """The ``datasets`` a bundled recipe file lists, read without checking the recipe.
 
-    Kept per process while the file is unchanged: every sweep asks it of every recipe file
-    (~25 ms of YAML parsing before the Tuner starts).
+    Read with libyaml's safe loader where PyYAML has it (the bundled files are the package's
+    own: no alias or duplicate key to refuse; ~10 ms for all of them instead of ~150 ms with
+    the checking loader) and kept per process while the file is unchanged: every sweep asks
+    it of every recipe file before the Tuner starts.
     """
     path = _bundled_dir() / f"{name}.yaml"
     stamp = path.stat().st_mtime_ns
     if path in _DECLARED and _DECLARED[path][0] == stamp:
         return _DECLARED[path][1]
-    doc = read_yaml(path, path.name)
+    doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_FAST_LOADER)  # noqa: S506
     raw = doc.get("datasets") if isinstance(doc, dict) else None
     found = tuple(str(d) for d in raw) if isinstance(raw, (list, tuple)) else \
         ((str(raw),) if isinstance(raw, str) else ())
