@@ -499,15 +499,15 @@ def _new_tuner(plan: SweepPlan, trainable: Any, callback: Any, name: str, storag
     if settings.repeats > 1:  # R trials per sampled configuration; the sampler sees their mean
         searcher = RepeatedSearcher(searcher, settings.repeats)
     scheduler = None
-    lean = LeanResults(kept_metrics(metric), keep_config=False)
     if settings.scheduler == "asha":
         smode = metric_direction(settings.scheduler_metric, calibrators=settings.posthoc)
         scheduler = ASHAScheduler(metric=settings.scheduler_metric, mode=smode,
                                   time_attr="training_iteration", grace_period=1,
                                   max_t=max(settings.epochs or 100, 1))
-        lean = LeanResults(kept_metrics(metric, settings.scheduler_metric), keep_config=False)
     # Tune keeps of each report only what the searcher and scheduler read (LeanResults, last;
     # the sweep reads its trials' configs from MLflow and result.json, not from fit's results)
+    read = kept_metrics(metric, settings.scheduler_metric if scheduler is not None else None)
+    lean = LeanResults(read, keep_config=False)
     return build_tuner(trainable, search_alg=searcher, scheduler=scheduler,
                        num_samples=settings.trials, max_concurrent=settings.max_concurrent,
                        name=name, storage_path=storage, callbacks=[callback, HeapTrim(), lean],
