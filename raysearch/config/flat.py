@@ -34,7 +34,7 @@ __all__ = ["FLAT_KEYS", "RUN_FIELDS", "TRAIN_KEYS", "as_sections", "deep_merge",
 
 #: Top-level fields of a RunConfig besides its sections (the same name in both layouts).
 RUN_FIELDS = ("epochs", "batch_size", "seed", "ece_bins", "mixup_alpha", "cutmix_alpha",
-              "ricap_beta", "interleaved", "interleave_fraction")
+              "ricap_beta", "interleaved", "interleave_fraction", "compile")
 
 #: Where each flat key goes, as (section, field) or (section, "params", keyword).
 FLAT_KEYS: dict[str, tuple[str, ...]] = {
@@ -69,7 +69,7 @@ FLAT_KEYS: dict[str, tuple[str, ...]] = {
 TRAIN_KEYS = ("model", "epochs", "batch_size", "lr", "momentum", "weight_decay", "interleaved",
               "interleave_fraction", "schedule", "milestones", "lr_decay", "warmup_epochs",
               "nesterov", "mixup_alpha", "cutmix_alpha", "ricap_beta", "crop_size", "pretrained",
-              "freeze_backbone_epochs", "head_lr", "embeddings", "optimizer")
+              "freeze_backbone_epochs", "head_lr", "embeddings", "optimizer", "compile")
 
 # Values that configs written before sections carried for every run: dropped when they would
 # be a keyword that the run's dataset or model does not take.

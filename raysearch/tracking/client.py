@@ -121,7 +121,7 @@ def run_params(cfg: RunConfig) -> dict[str, Any]:
             "ricap_beta": cfg.ricap_beta,
             "pretrained": cfg.model.pretrained,
             "freeze_backbone_epochs": cfg.model.freeze_backbone_epochs,
-            "head_lr": cfg.model.head_lr}
+            "head_lr": cfg.model.head_lr, "compile": cfg.compile}
     params.update({k: v for k, v in flat.items() if v != _RUN_DEFAULTS[k]})
     if cfg.model.pretrained:  # which weights exactly: `raysearch train` of the config is
         params["pretrained_sha256"] = _weights_sha256(cfg.model.pretrained)  # reproducible
@@ -131,7 +131,7 @@ def run_params(cfg: RunConfig) -> dict[str, Any]:
 _RUN_DEFAULTS = {"data_seed": None, "val_fraction": None, "schedule": "cosine", "milestones": "",
                  "lr_decay": 0.1, "warmup_epochs": 0, "mixup_alpha": 0.0, "cutmix_alpha": 0.0,
                  "ricap_beta": 0.0, "pretrained": None, "freeze_backbone_epochs": 0,
-                 "head_lr": None}
+                 "head_lr": None, "compile": False}
 
 
 def _weights_sha256(weights: str) -> str:

@@ -35,6 +35,9 @@
   autocast), and validation/test logits are always computed in float32, so the reported
   calibration does not depend on the precision. On CUDA the model and its inputs are
   channels-last.
+- **Compilation** (``cfg.compile``, default off): the model and the loss are compiled with
+  ``torch.compile`` (:mod:`raysearch.training.compiled`); the final metrics then hold
+  ``compile_seconds``, the time spent compiling (in the first steps and evaluation batches).
 - **MixUp / CutMix** (``cfg.mixup_alpha``, ``cfg.cutmix_alpha`` > 0; torchvision.transforms.v2,
   one lambda per batch): the batch is mixed with a permutation of itself and the objective is
   ``lam * loss(logits, y) + (1 - lam) * loss(logits, y_partner)``, which for cross-entropy is
@@ -133,6 +136,7 @@ import torch
 from torch import Tensor, nn
 
 from raysearch.losses import checked_targets
+from raysearch.training.compiled import COMPILE_SECONDS, CompileClock, compile_run
 from raysearch.training.divergence import (
     OUT_OF_MEMORY,
     Guard,
@@ -347,6 +351,8 @@ class _Run:
         metrics: the metrics of the last finished epoch (a resumed state's, before any).
         stage: ``(batch size, where, training)`` of the pass running now, for an
             out-of-memory error (:func:`_epochs`).
+        compile_clock: with ``cfg.compile``, the time spent compiling
+            (:mod:`raysearch.training.compiled`); None otherwise.
     """
 
     cfg: RunConfig
@@ -368,6 +374,7 @@ class _Run:
     start_epoch: int
     metrics: dict[str, float]
     stage: tuple[int, str, bool] = (0, "setup", False)
+    compile_clock: CompileClock | None = None
 
 
 def _setup(
@@ -408,6 +415,7 @@ def _setup(
     loss_fn = loss if loss is not None else build_run_loss(cfg, data, components=components)
     if isinstance(loss_fn, nn.Module):
         loss_fn = loss_fn.to(device)
+    clock = compile_run(net, loss_fn) if cfg.compile else None
     feed = train_feed(data, loss_fn, seed=cfg.seed, device=device, num_workers=num_workers)
     fraction, mixer = _check_training(cfg, task, loss_fn, feed.side_inputs, data.num_classes)
     if cfg.model.pretrained and resume is None:  # a resumed run loads its own checkpoint below
@@ -426,7 +434,7 @@ def _setup(
                 loss_fn=loss_fn, optimizer=optimizer, scheduler=scheduler, feed=feed, mixer=mixer,
                 parts=parts, head_names=head_names,
                 val_source=Source(data.val, device, num_workers=num_workers), ctx=ctx,
-                start_epoch=start_epoch, metrics=epoch_metrics)
+                start_epoch=start_epoch, metrics=epoch_metrics, compile_clock=clock)
 
 
 def _checked_device(device: str | torch.device, precision: str, num_workers: int) -> torch.device:
@@ -564,8 +572,11 @@ def _finish(run: _Run, val_state: Any) -> TrainResult:
     left to train).
     """
     epochs_completed = max(run.cfg.epochs, run.start_epoch - 1)
-    return run.task.finish(run.net, val_state, run.val_source, run.ctx, run.metrics,
-                           epochs_completed, run.start_epoch)
+    result = run.task.finish(run.net, val_state, run.val_source, run.ctx, run.metrics,
+                             epochs_completed, run.start_epoch)
+    if run.compile_clock is not None:
+        result.metrics[COMPILE_SECONDS] = run.compile_clock.seconds()
+    return result
 
 
 #: Mixed into the epoch seed for the augmentation generator (independent of the batch order).

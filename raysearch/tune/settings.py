@@ -199,6 +199,8 @@ class SweepSettings(BaseModel):
         log_weights: every complete trial also keeps its final weights (the model's state
             dict) as ``weights.pt`` on its MLflow run; False (default): only in its last Tune
             checkpoint, where ``raysearch export --register`` reads them.
+        compile: every trial's ``RunConfig.compile`` (``torch.compile`` of the model and the
+            loss, ``compile_seconds`` in its metrics); None (default): the space's value.
         fault_epoch: a fault drill: the first attempt of every trial raises after reporting
             this epoch; None: never.
         fault_kind: what the drill at `fault_epoch` does (:data:`FAULT_KINDS`): ``raise``
@@ -260,6 +262,7 @@ class SweepSettings(BaseModel):
     shift_samples: int | None = None
     max_failures: int | None = None
     log_weights: bool = False
+    compile: bool | None = None
     fault_epoch: int | None = None
     fault_kind: str = "raise"
     crop_size: int | None = None
@@ -554,6 +557,8 @@ class SweepSettings(BaseModel):
         out: dict[str, Any] = {"seed": self.seed, "ece_bins": self.n_bins}
         if self.epochs is not None:
             out["epochs"] = self.epochs
+        if self.compile is not None:
+            out["compile"] = self.compile
         if self.dataset is not None:
             data["name"] = self.dataset
         if self.data_dir is not None:
