@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from raysearch.config import RunConfig
+from raysearch.tracking.runs import METRIC_PREFIXES
 from raysearch.training.compiled import COMPILE_SECONDS
 from raysearch.training.run import fit
 from raysearch.tune.spaces import TrialConfigs, space_from_dict
@@ -64,6 +65,7 @@ def test_a_compiled_run_trains_the_eager_numbers_and_reports_its_compile_time():
     compiled = fit(cfg.model_copy(update={"compile": True}))
 
     assert COMPILE_SECONDS not in eager.metrics
+    assert COMPILE_SECONDS.startswith(METRIC_PREFIXES)  # a metric MLflow and the table keep
     seconds = compiled.metrics[COMPILE_SECONDS]
     assert math.isfinite(seconds)
     assert seconds > 0

@@ -170,7 +170,7 @@ SWEEP_RUN_OPTIONS = [
                       "`export --register` then reads them there [default: only in Tune's "
                       "checkpoints]."),
     click.option("--compile/--no-compile", "compile", default=None,
-                 help="torch.compile every trial's model and loss (compile_seconds in its "
+                 help="torch.compile every trial's model and loss (train_compile_seconds in its "
                       "metrics; pays off on long GPU trials) [default: the space's, else off]."),
     click.option("--checkpoint-every", default=None, type=click.IntRange(min=0), metavar="N",
                  help="Checkpoint every N epochs (0: the last epoch only) [default: once a "

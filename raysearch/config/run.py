@@ -319,7 +319,7 @@ class RunConfig(Section):
         interleave_fraction: held-out share of the training set for interleaving, in (0, 1).
         compile: compile the model and the loss with ``torch.compile`` (the default backend,
             Inductor: on the CPU it needs a C++ compiler); the run's final metrics then hold
-            ``compile_seconds``, the time spent compiling, which the first steps and the first
+            ``train_compile_seconds``, the time spent compiling, which the first steps and the first
             evaluation batches pay. Off by default: a short run spends more time compiling
             than it saves. The metrics differ from an uncompiled run's by rounding only.
     """

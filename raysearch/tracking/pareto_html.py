@@ -39,7 +39,7 @@ ERROR_KEYS = tuple(dict.fromkeys(
     k for k in (*CALIBRATED_KEYS, *ESTIMATOR_KEYS, *DENSE_KEYS)
     if k not in ("accuracy", "miou", "overconfidence", "underconfidence", "average_confidence")))
 #: Metrics in nats or on another scale than [0, 1]: drawn and shown as plain numbers, not %.
-_NOT_FRACTIONS = ("nll", "brier", "loss")
+_NOT_FRACTIONS = ("nll", "brier", "loss", "seconds")
 _LABELS = {"accuracy": "accuracy", "miou": "mIoU", "ece": "ECE", "ece_100": "ECE (100 bins)",
            "aece": "adaptive ECE", "cece": "classwise ECE", "mce": "MCE", "nll": "NLL",
            "brier": "Brier score", "ece_l2em": "ECE (l2, equal mass)", "ks": "KS error",

@@ -7,7 +7,7 @@ worker that trains one trial after another starts each from nothing, and never r
 recompilation limit). Compilation is lazy: the first training step compiles the training graph
 (forward and backward), the first evaluation batch the inference graph; a batch of another shape
 (an epoch's last, smaller batch) may compile once more. :class:`CompileClock` reads the seconds
-Dynamo spent compiling since the run started, which the run reports as ``compile_seconds``
+Dynamo spent compiling since the run started, which the run reports as ``train_compile_seconds``
 besides its metrics.
 """
 
@@ -19,7 +19,7 @@ from torch import nn
 __all__ = ["COMPILE_SECONDS", "CompileClock", "compile_run"]
 
 #: The run's metric of the seconds spent compiling (with ``RunConfig.compile`` only).
-COMPILE_SECONDS = "compile_seconds"
+COMPILE_SECONDS = "train_compile_seconds"
 
 
 class CompileClock:

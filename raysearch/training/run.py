@@ -37,7 +37,7 @@
   channels-last.
 - **Compilation** (``cfg.compile``, default off): the model and the loss are compiled with
   ``torch.compile`` (:mod:`raysearch.training.compiled`); the final metrics then hold
-  ``compile_seconds``, the time spent compiling (in the first steps and evaluation batches).
+  ``train_compile_seconds``, the time spent compiling (in the first steps and evaluation batches).
 - **MixUp / CutMix** (``cfg.mixup_alpha``, ``cfg.cutmix_alpha`` > 0; torchvision.transforms.v2,
   one lambda per batch): the batch is mixed with a permutation of itself and the objective is
   ``lam * loss(logits, y) + (1 - lam) * loss(logits, y_partner)``, which for cross-entropy is

@@ -200,7 +200,7 @@ class SweepSettings(BaseModel):
             dict) as ``weights.pt`` on its MLflow run; False (default): only in its last Tune
             checkpoint, where ``raysearch export --register`` reads them.
         compile: every trial's ``RunConfig.compile`` (``torch.compile`` of the model and the
-            loss, ``compile_seconds`` in its metrics); None (default): the space's value.
+            loss, ``train_compile_seconds`` in its metrics); None (default): the space's value.
         fault_epoch: a fault drill: the first attempt of every trial raises after reporting
             this epoch; None: never.
         fault_kind: what the drill at `fault_epoch` does (:data:`FAULT_KINDS`): ``raise``
