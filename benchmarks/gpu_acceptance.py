@@ -545,12 +545,12 @@ def main() -> int:
         run_part(report, "tests", "pytest -m gpu tests", "all pass", lambda: run_tests(out))
         run_part(report, "fit_vs_bare", "ResNet-18 training, raysearch fit / bare PyTorch loop",
                  ">= 0.95", lambda: fit_vs_bare(args.quick))
-        run_part(report, "jpeg_loader", "JPEG folder loader / ResNet-50 bf16 training",
-                 ">= 1.0", lambda: jpeg_feed(args.quick))
         run_part(report, "gpu_sharing", "4 trials at 0.25 GPU / 1 trial at a time", ">= 2x",
                  lambda: gpu_sharing(out, scratch, args.quick, stamp))
         run_part(report, "dense_metrics", "streaming pixel metrics / DeepLabV3-ResNet-50 forward",
                  "< 10%", lambda: dense_cost(args.quick))
+        run_part(report, "jpeg_loader", "JPEG folder loader / ResNet-50 bf16 training",
+                 ">= 1.0", lambda: jpeg_feed(args.quick))
         run_part(report, "sweep_e2e", "8-trial 2-epoch sweep at 0.5 GPU", "8 of 8",
                  lambda: sweep_end_to_end(out, scratch, args.quick, stamp))
     finally:
