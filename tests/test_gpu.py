@@ -5,6 +5,8 @@ Every test needs a CUDA device and is skipped without one (``pytest -m gpu`` sel
 - precision: the bf16 training forward pass gives the fp32 metrics; reported logits are float32;
 - memory format: channels-last gives the contiguous outputs; training keeps the model and its
   inputs channels-last; autocast really runs the forward pass in bf16;
+- optimizer: SGD/Adam/AdamW over CUDA parameters take torch's fused step, which updates the
+  weights as the foreach step does;
 - data: the on-device augmentation of an in-memory image set has the crop/flip statistics of
   the CPU pipeline and of the hand-derived values;
 - metrics and losses: CalibrationMeter (classification and dense, with ``ignore_index``) and
@@ -219,6 +221,33 @@ def test_fit_on_cuda_reaches_the_cpu_accuracy(digits):
     assert cpu.metrics["val_accuracy"] > 0.8
     assert gpu.metrics["val_accuracy"] == pytest.approx(cpu.metrics["val_accuracy"], abs=0.02)
     assert gpu.metrics["test_accuracy"] == pytest.approx(cpu.metrics["test_accuracy"], abs=0.02)
+
+
+@pytest.mark.parametrize("name", ["sgd", "adam", "adamw"])
+def test_the_optimizer_takes_the_fused_step_on_cuda(name):
+    from raysearch.config import OptimizerConfig
+    from raysearch.training.optim import build_optimizer
+
+    with no_tf32():
+        nets = [seeded_cnn().cuda().train() for _ in range(2)]
+        config = OptimizerConfig(name=name, lr=0.05)
+        fused = build_optimizer(config, nets[0].parameters())
+        plain = build_optimizer(OptimizerConfig(name=name, lr=0.05, params={"foreach": True}),
+                                nets[1].parameters())
+        assert fused.defaults["fused"] is True
+        assert not plain.defaults["fused"]  # the config's own foreach wins
+        x = torch.linspace(-1, 1, 64 * 64, device="cuda").reshape(64, *DIGITS_SHAPE)
+        y = torch.arange(64, device="cuda") % 10
+        for net, opt in zip(nets, (fused, plain), strict=True):
+            for _ in range(3):
+                loss = torch.nn.functional.cross_entropy(net(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        for a, b in zip(nets[0].parameters(), nets[1].parameters(), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)  # the same update
+    mixed = [torch.zeros(2, device="cuda", requires_grad=True), torch.zeros(2, requires_grad=True)]
+    assert not build_optimizer(OptimizerConfig(name=name), mixed).defaults["fused"]
 
 
 # ---------------------------------------------------------------------------------------------

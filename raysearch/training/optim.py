@@ -7,7 +7,10 @@ is a ``torch.optim`` class name, case-insensitive (``sgd``, ``adam``, ``adamw``,
 parameters first and its hyperparameters as keywords. Lists in the keyword arguments become
 tuples (YAML has no tuples; ``betas`` must be one). The keyword arguments are checked by building
 the optimizer over one dummy tensor, so a misspelt or out-of-range argument is a one-line error
-before any training (:func:`check_optimizer`).
+before any training (:func:`check_optimizer`). A ``torch.optim`` class with a fused step
+(``fused=True``: SGD, Adam, AdamW) takes it when every parameter is a floating-point CUDA
+tensor and the config sets neither ``fused`` nor ``foreach``: one kernel launch updates every
+parameter (the same update up to rounding); on the CPU torch's default step is kept.
 """
 
 from __future__ import annotations
@@ -91,11 +94,37 @@ def build_optimizer(config: OptimizerConfig, params: Iterable[Any]) -> torch.opt
             taken = sorted(names - {"self", "params"})
             raise ValueError(f"optimizer {label!r} takes no argument {unknown[0]!r}; it takes: "
                              f"{', '.join(taken)}")
+    if not isinstance(params, torch.Tensor):  # one tensor: torch's own error below
+        params = [dict(p, params=_tensors(p["params"])) if isinstance(p, dict) else p
+                  for p in params]
+        kwargs.update(_fused_step(cls, params, kwargs, names))
     try:
         return cls(params, **kwargs)
     except Exception as exc:  # noqa: BLE001 (torch's or a plug-in's own check: one line)
         raise ValueError(f"optimizer {label!r} with {kwargs}: {type(exc).__name__}: "
                          f"{' '.join(str(exc).split())}") from None
+
+
+#: torch.optim classes whose ``fused=True`` step runs on CUDA.
+_FUSED_ON_CUDA = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)
+
+
+def _tensors(params: Any) -> list[Any]:
+    """A parameter group's ``params`` as a list (one tensor is a list of one, as torch takes it)."""
+    return [params] if isinstance(params, torch.Tensor) else list(params)
+
+
+def _fused_step(cls: Any, params: list[Any], kwargs: dict[str, Any], names: set[str]
+                ) -> dict[str, Any]:
+    """``{"fused": True}`` for a torch.optim class that has a fused step over CUDA parameters."""
+    if (cls not in _FUSED_ON_CUDA or "fused" not in names
+            or any(k in kwargs for k in ("fused", "foreach", "differentiable"))):
+        return {}
+    tensors = [t for p in params for t in (p["params"] if isinstance(p, dict) else [p])]
+    if tensors and all(isinstance(t, torch.Tensor) and t.is_cuda and t.is_floating_point()
+                       for t in tensors):
+        return {"fused": True}
+    return {}
 
 
 def check_optimizer(config: OptimizerConfig) -> None:
