@@ -25,9 +25,10 @@ COMPILE_SECONDS = "train_compile_seconds"
 class CompileClock:
     """Seconds that ``torch.compile`` spent compiling in this process since it was made.
 
-    Read from Dynamo's own record of its compilations (``torch._dynamo.utils.compile_times``:
-    the time of each frame's compilation, the backend's included, and of a backward graph
-    compiled on its first call), so the steps' own compute is not counted.
+    Read from Dynamo's own record of its compilations (the table that
+    ``torch._dynamo.utils.compile_times()`` prints): the time of each frame's compilation, the
+    backend's included, and of a backward graph compiled on its first call; the steps' own
+    compute is not counted.
     """
 
     def __init__(self) -> None:
