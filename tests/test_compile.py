@@ -57,7 +57,8 @@ def test_the_sweep_option_sets_every_trial_and_overrides_the_space():
 
 
 @pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
-                    reason="Inductor on the CPU needs a C++ compiler (c++/g++ not found)")
+                    reason="torch.compile's CPU backend (Inductor) builds C++ kernels and this "
+                           "machine has no C++ compiler (c++ or g++); .ci/run's image has one")
 def test_a_compiled_run_trains_the_eager_numbers_and_reports_its_compile_time():
     torch.set_num_threads(1)
     cfg = RunConfig(loss={"name": "ls", "params": {"epsilon": 0.1}}, epochs=1, seed=3)
