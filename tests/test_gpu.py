@@ -8,7 +8,7 @@ Every test needs a CUDA device and is skipped without one (``pytest -m gpu`` sel
 - optimizer: SGD/Adam/AdamW over CUDA parameters take torch's fused step, which updates the
   weights as the foreach step does;
 - data: the on-device augmentation of an in-memory image set has the crop/flip statistics of
-  the CPU pipeline and of the hand-derived values;
+  the CPU pipeline and of the hand-derived values; the fused batch kernel equals the CPU batch;
 - metrics and losses: CalibrationMeter (classification and dense, with ``ignore_index``) and
   the losses give the CPU numbers on CUDA;
 - weights and checkpoints: pretrained weights load onto a GPU model; a checkpoint of a CUDA run
@@ -293,6 +293,24 @@ def test_on_device_augmentation_has_the_cpu_channel_statistics():
                                atol=0.015)
     # the same generator state gives the same epoch on the CPU as on CUDA
     torch.testing.assert_close(cuda, _epoch(dataset, "cpu", seed=3), rtol=0, atol=1e-6)
+
+
+def test_the_fused_batch_kernel_equals_the_cpu_batch_to_the_bit():
+    # CIFAR-shaped uint8 images, padding 4 and flips: the batch built on CUDA (one Triton
+    # kernel where Triton is installed) equals the plain-torch batch on the CPU, same draws
+    from raysearch.training.data import batch_kernel
+
+    images = torch.randint(0, 256, (300, 3, 32, 32), dtype=torch.uint8,
+                           generator=torch.Generator().manual_seed(0))
+    cpu = ImageTensorDataset(images, torch.arange(300) % 10, mean=(0.4914, 0.4822, 0.4465),
+                             std=(0.247, 0.243, 0.261), augment=CropFlip(4, True))
+    cuda = cpu.to("cuda")
+    index = torch.randperm(300, generator=torch.Generator().manual_seed(1))[:256]
+    a, ya = cpu.batch(index, generator=torch.Generator().manual_seed(2))
+    b, yb = cuda.batch(index.cuda(), generator=torch.Generator().manual_seed(2))
+    assert batch_kernel.kernel_ready(cuda.images) == (batch_kernel._kernel() is not None)
+    assert torch.equal(a, b.cpu())
+    assert torch.equal(ya, yb.cpu())
 
 
 def test_on_device_crop_and_flip_frequencies():

@@ -31,6 +31,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
+from raysearch.training.data import batch_kernel
 from raysearch.training.data.splits import DatasetError
 
 __all__ = [
@@ -194,7 +195,9 @@ class ImageTensorDataset(Dataset):
         device, so the same generator state gives the same batch on CPU and CUDA. Nothing is
         drawn when `augment` is ``None``. Output pixel ``(i, j)`` of a sample with offsets
         ``(dy, dx)`` is padded pixel ``(dy + i, dx + j)``, or ``(dy + i, dx + W - 1 - j)`` when
-        flipped (crop, then flip).
+        flipped (crop, then flip). On a CUDA device with Triton the gather, crop, flip and
+        normalisation run as one kernel (:mod:`raysearch.training.data.batch_kernel`), equal to
+        the plain-torch path's batch to the bit.
 
         Args:
             index (Tensor | np.ndarray | Sequence[int]): (B,) sample indices (a bool mask is
@@ -212,32 +215,43 @@ class ImageTensorDataset(Dataset):
         """
         device = self.images.device
         index = _as_index(index, device)
-        x = self.images[index]
+        labels = self.labels[index]  # raises IndexError first (a device assert on CUDA)
+        draws = None
         if self.augment is not None and self.augment.active:
-            x = self._crop_flip(x, generator)
+            draws = self._draws(index.numel(), generator).to(device, non_blocking=True)
+        if batch_kernel.kernel_ready(self.images):
+            try:
+                return batch_kernel.fused_batch(
+                    self.images, index, draws, self.augment.padding if draws is not None else 0,
+                    self._mean.view(-1), self._std.view(-1)), labels
+            except Exception as exc:  # noqa: BLE001 (a kernel that cannot build: plain torch)
+                batch_kernel.disable(exc)
+        x = self.images[index]
+        if draws is not None:
+            x = self._crop_flip(x, draws)
         x = x.to(torch.float32).div_(255.0).sub_(self._mean).div_(self._std)
-        return x, self.labels[index]
+        return x, labels
 
-    def _crop_flip(self, x: Tensor, generator: torch.Generator | None) -> Tensor:
+    def _draws(self, b: int, generator: torch.Generator | None) -> Tensor:
+        """int64 (3, B) on the CPU: crop offsets dy, dx (randint), then flips (rand < 0.5)."""
+        pad = self.augment.padding
+        draws = torch.zeros(3, b, dtype=torch.int64)
+        if pad > 0:
+            draws[:2] = torch.randint(0, 2 * pad + 1, (2, b), generator=generator)
+        if self.augment.flip:
+            draws[2] = torch.rand(b, generator=generator) < 0.5
+        return draws
+
+    def _crop_flip(self, x: Tensor, draws: Tensor) -> Tensor:
         """Crop-with-padding and flip of uint8 (B, C, H, W) as one gather from the padded batch."""
         b, c, h, w = x.shape
         pad = self.augment.padding
         if pad > 0:
-            offsets = torch.randint(0, 2 * pad + 1, (2, b), generator=generator)
-        else:
-            offsets = torch.zeros(2, b, dtype=torch.int64)
-        if self.augment.flip:
-            flips = torch.rand(b, generator=generator) < 0.5
-        else:
-            flips = torch.zeros(b, dtype=torch.bool)
-        offsets = offsets.to(x.device, non_blocking=True)
-        flips = flips.to(x.device, non_blocking=True)
-        if pad > 0:
             x = torch.nn.functional.pad(x, (pad, pad, pad, pad))
-        rows = offsets[0][:, None] + torch.arange(h, device=x.device)  # (B, H)
+        rows = draws[0][:, None] + torch.arange(h, device=x.device)  # (B, H)
         cols_fwd = torch.arange(w, device=x.device)
         # flipped window: output column j reads crop column w - 1 - j
-        cols = torch.where(flips[:, None], cols_fwd.flip(0), cols_fwd) + offsets[1][:, None]
+        cols = torch.where(draws[2][:, None] != 0, cols_fwd.flip(0), cols_fwd) + draws[1][:, None]
         batch_ix = torch.arange(b, device=x.device)[:, None, None, None]
         chan_ix = torch.arange(c, device=x.device)[None, :, None, None]
         return x[batch_ix, chan_ix, rows[:, None, :, None], cols[:, None, None, :]]
