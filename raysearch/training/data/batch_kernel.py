@@ -23,6 +23,7 @@ in plain torch. The tests run the kernel on the CPU through Triton's interpreter
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from typing import Any
@@ -123,8 +124,11 @@ def fused_batch(images: torch.Tensor, index: torch.Tensor, draws: torch.Tensor |
     out = torch.empty((b, c, h, w), dtype=torch.float32, device=images.device)
     if b == 0:
         return out
-    _kernel()[(b * c, -(-(h * w) // _BLOCK))](
-        images, index, index if draws is None else draws.contiguous(), mean, std, out,
-        n, b, c, h, w, *images.stride(), padding, AUGMENT=draws is not None, BLOCK=_BLOCK,
-    )
+    # Triton launches on the current CUDA device: make it the images' one
+    on = torch.cuda.device(images.device) if images.is_cuda else contextlib.nullcontext()
+    with on:
+        _kernel()[(b * c, -(-(h * w) // _BLOCK))](
+            images, index, index if draws is None else draws.contiguous(), mean, std, out,
+            n, b, c, h, w, *images.stride(), padding, AUGMENT=draws is not None, BLOCK=_BLOCK,
+        )
     return out
