@@ -56,6 +56,7 @@ def train_pass(
     loss_sum = torch.zeros((), dtype=torch.float64, device=amp.device)
     correct = torch.zeros((), dtype=torch.int64, device=amp.device)
     counted = torch.zeros((), dtype=torch.int64, device=amp.device)
+    seen = 0  # predictions of classification batches, counted on the host
     for batch, (xb, yb, index, *rest) in enumerate(batches, start=1):
         if mixer is not None and len(yb):
             xb, lam, partner = mixer(xb, yb)
@@ -74,7 +75,8 @@ def train_pass(
             else:
                 loss = loss_fn(logits, yb)
         guard.step(loss, batch, share=(len(yb), rest[0]) if rest else None)
-        loss_sum += loss.detach().double() * len(yb)
+        # one kernel each, no host sync: the float32 loss is summed in float64
+        loss_sum.add_(loss.detach(), alpha=len(yb))
         hit = logits.detach().argmax(dim=1) == yb
         if ignore_index is not None and yb.ndim > 1:  # dense targets: valid pixels only
             valid = yb != ignore_index
@@ -82,7 +84,8 @@ def train_pass(
             counted += valid.sum()
         else:
             correct += hit.sum()
-            counted += hit.numel()
+            seen += hit.numel()
+    counted += seen
     return _train_metrics(loss_sum, correct, n, ddp, counted=counted)
 
 
@@ -150,6 +153,6 @@ def train_pass_interleaved(
             if term == "secondary":
                 loss = beta * loss
             guard.step(loss, batch, f"{term} step, ", share=(len(yb), rest[0]) if rest else None)
-            loss_sum += loss.detach().double() * len(yb)
+            loss_sum.add_(loss.detach(), alpha=len(yb))
             correct += (logits.detach().argmax(dim=1) == yb).sum()
     return _train_metrics(loss_sum, correct, n, ddp)
