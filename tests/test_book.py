@@ -123,10 +123,11 @@ def test_an_ended_trial_keeps_only_its_run_id_start_and_number(tmp_path):
         book.nodes[tid] = "node-a"
         book.resumed[tid] = 2
         book.last_line[tid] = 1.0
+        book.artifact_uris[tid] = f"file:///art/{tid}"
     book.release("t1")
     assert book.children == {"t1": "run-t1", "t2": "run-t2"}  # the end's selection reads them
     assert set(book.started) == {"t1", "t2"}  # a trial that ended is not started again
-    for running in (book.steps, book.nodes, book.resumed, book.last_line):
+    for running in (book.steps, book.nodes, book.resumed, book.last_line, book.artifact_uris):
         assert set(running) == {"t2"}
     book.close()
 

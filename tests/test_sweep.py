@@ -411,6 +411,7 @@ def test_repeated_sweep_end_to_end(ray_session, tmp_path, sqlite_uri):
         seeds = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == config.info.run_id]
         seeds_of[config.data.params["method"]] = seeds
         assert sorted(s.data.params["seed"] for s in seeds) == ["0", "1"]
+        assert sorted(s.data.params["seed_index"] for s in seeds) == ["0", "1"]
         for s in seeds:  # the seeds differ only in their seed; the split stays that of seed 0
             assert s.data.params["data_seed" if s.data.params["seed"] == "1" else "seed"] == "0"
             assert s.data.params["lr"] == config.data.params["lr"]

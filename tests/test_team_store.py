@@ -278,6 +278,9 @@ def test_a_sweep_resumed_elsewhere_then_report_export_and_sync(team_env, team_cl
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=team.bucket,
                                                  Prefix="mlflow/").get("Contents", [])]
     assert any(k.endswith(f"{parent.info.run_id}/artifacts/trials.parquet") for k in keys), keys
+    for child in own:  # and each trial's, those its driver wrote straight to its artifact URI
+        assert any(k.endswith(f"{child.info.run_id}/artifacts/reliability.png")
+                   for k in keys), keys
 
     # what a laptop runs afterwards (in this process: S3's and the database's credentials in
     # its environment)

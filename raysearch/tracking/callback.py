@@ -26,8 +26,10 @@ from ray import tune
 from raysearch.tracking.book import _BOOKS, _BOOKS_LOCK, _book_for, _SweepBook
 from raysearch.tracking.client import (
     _numeric_metrics,
+    last_step,
     log_dataset,
     log_epochs,
+    log_files,
     log_params,
     log_reliability,
 )
@@ -71,16 +73,11 @@ logger = logging.getLogger("raysearch.tracking")
 _NUMBERS: dict[str, dict[str, str]] = {}
 
 
-def _last_step(client: MlflowClient, run_id: str) -> int:
-    """Last epoch logged to `run_id` (0 when none)."""
-    steps = [m.step for m in client.get_metric_history(run_id, "val_accuracy")]
-    return max(steps, default=0)
-
-
 class MlflowSweepCallback(tune.Callback):
     """Driver-side Tune callback: a child run per trial under the sweep's parent run.
 
-    Params are logged at trial start, ``train_*``/``val_*`` metrics every epoch with
+    Params go with a trial's first metrics (or :data:`~raysearch.tracking.book.PARAMS_WAIT_S`
+    after it started, if sooner), ``train_*``/``val_*`` metrics every epoch with
     ``step=epoch`` (and the time it was reported), the ``test_*`` metrics and a reliability
     diagram at the end. A running trial's epochs are written in batches, at most one every
     :attr:`METRICS_EVERY_S` seconds (an epoch longer than that is written when it is reported),
@@ -200,7 +197,7 @@ class MlflowSweepCallback(tune.Callback):
         book.sent[tid] = time.monotonic()
         if held:
             book.submit(lambda: log_epochs(self.client, book.children[tid], held.epochs,
-                                           held.tags, held.times), tid)
+                                           held.tags, held.times, held.params), tid)
 
     def close(self) -> None:
         """Wait until every queued MLflow write is done, then stop the writer thread."""
@@ -261,7 +258,7 @@ class MlflowSweepCallback(tune.Callback):
                     config_run = run.data.tags.get(PARENT_TAG, "")
                     book.seeds_ended[config_run] = book.seeds_ended.get(config_run, 0) + 1
             else:
-                book.steps[tid] = _last_step(self.client, run.info.run_id)
+                book.steps[tid] = last_step(self.client, run.info.run_id)
                 if run.info.status != "RUNNING":
                     book.reopen.add(tid)
         if runs and self.progress is not None:
@@ -308,7 +305,7 @@ class MlflowSweepCallback(tune.Callback):
             del book.orphans[orphan]
             book.children[tid] = orphan
             self.numbers[tid] = self.numbers.get(orphan, "?")
-            book.steps[tid] = _last_step(self.client, orphan)
+            book.steps[tid] = last_step(self.client, orphan)
             config_run = book.orphan_parents.pop(orphan, "")
             if gid is not None and gid not in book.config_runs and config_run \
                     and config_run != self.parent_run_id:
@@ -338,14 +335,14 @@ class MlflowSweepCallback(tune.Callback):
         self.numbers[tid] = f"{index:03d}"
         run_name = f"{self.sweep_name}-{index:03d}-{method}"
         book.table.start(tid, run_name, params, cfg_json)
+        book.hold_params(tid, params)  # sent with the trial's first metrics (PARAMS_WAIT_S)
 
         def create() -> None:
             run = self.client.create_run(
                 self.experiment_id, run_name=run_name,
                 tags={PARENT_TAG: self.parent_run_id, SWEEP_TAG: self.sweep_name,
                       TRIAL_TAG: tid, CONFIG_TAG: cfg_json})
-            book.children[tid] = run.info.run_id
-            log_params(self.client, run.info.run_id, params)
+            book.children[tid], book.artifact_uris[tid] = run.info.run_id, run.info.artifact_uri
             if self.dataset:
                 log_dataset(self.client, run.info.run_id, self.dataset)
 
@@ -378,6 +375,7 @@ class MlflowSweepCallback(tune.Callback):
         book.count += 1
         book.trial_gid[tid] = gid
         self.numbers[tid] = f"{number:03d} seed {seed_index}"
+        book.hold_params(tid, {**params, "seed_index": seed_index})
 
         def create() -> None:
             run = self.client.create_run(
@@ -385,8 +383,7 @@ class MlflowSweepCallback(tune.Callback):
                 run_name=f"{self.sweep_name}-{number:03d}-{method}-seed{seed_index}",
                 tags={PARENT_TAG: book.config_runs[gid], SWEEP_TAG: self.sweep_name,
                       TRIAL_TAG: tid, CONFIG_TAG: cfg_json, CONFIGURATION_TAG: gid})
-            book.children[tid] = run.info.run_id
-            log_params(self.client, run.info.run_id, {**params, "seed_index": seed_index})
+            book.children[tid], book.artifact_uris[tid] = run.info.run_id, run.info.artifact_uri
             if self.dataset:
                 log_dataset(self.client, run.info.run_id, self.dataset)
 
@@ -429,6 +426,10 @@ class MlflowSweepCallback(tune.Callback):
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:  # noqa: D102
         self._start(trial)
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:  # noqa: D102
+        for tid in self.book.params_due():  # a trial with long epochs: its params now
+            self._send_held(self.book, tid)
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict,  # noqa: D102
                         **info: Any) -> None:
@@ -511,15 +512,14 @@ class MlflowSweepCallback(tune.Callback):
             log_epochs(self.client, run_id, held.epochs, {
                 **held.tags, COMPLETE_TAG: str(complete).lower(),
                 OUTCOME_TAG: "complete" if complete else "stopped_early", **self._recorded(tid)},
-                held.times)
+                held.times, held.params)
             drawn = False  # the trial draws its reliability diagram into its last checkpoint
             if checkpoint is not None:
                 try:
                     with checkpoint.as_directory() as d:
-                        for name in ARTIFACT_FILES:
-                            if (Path(d) / name).is_file():
-                                self.client.log_artifact(run_id, str(Path(d) / name))
-                                drawn = drawn or name == RELIABILITY_PLOT
+                        files = [Path(d) / n for n in ARTIFACT_FILES if (Path(d) / n).is_file()]
+                        log_files(self.client, run_id, files, book.artifact_uris.get(tid))
+                        drawn = any(f.name == RELIABILITY_PLOT for f in files)
                 except Exception as exc:  # never lose the run over an artifact
                     logger.warning("logits of %s not attached: %s", tid, exc)
             if complete and not drawn and isinstance(result.get(RELIABILITY), dict):
@@ -570,7 +570,7 @@ class MlflowSweepCallback(tune.Callback):
             run_id = book.children[tid]
             log_epochs(self.client, run_id, held.epochs, {
                 **held.tags, COMPLETE_TAG: "false", OUTCOME_TAG: outcome,
-                ERROR_TAG: message[:4000], **self._recorded(tid)}, held.times)
+                ERROR_TAG: message[:4000], **self._recorded(tid)}, held.times, held.params)
             self.client.set_terminated(run_id, "FAILED")
             book.table.end(tid, run_id, status="FAILED", complete=False, outcome=outcome)
             if tid in book.trial_gid:

@@ -4,7 +4,8 @@
 (the experiment, with its artifacts beside a SQLite store); :func:`run_params` (a RunConfig as
 MLflow params, with the SHA-256 of pretrained weights); the batched writers :func:`log_params`,
 :func:`log_epochs`, :func:`log_metrics`, :func:`log_dataset` (with :func:`dataset_record`) and
-:func:`log_reliability` (the reliability diagram as an artifact).
+:func:`log_reliability` (the reliability diagram as an artifact), :func:`log_files` (files as
+artifacts).
 
 The leaf of :mod:`raysearch.tracking`: it imports no other module of the package (the tags and
 URI rules come from :mod:`raysearch.tracking.runs`); every other ``raysearch.tracking.*`` module may
@@ -17,12 +18,15 @@ import json
 import math
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
+from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 from mlflow.tracking import MlflowClient
+from mlflow.utils.uri import add_databricks_profile_info_to_artifact_uri
 
 from raysearch.config import RunConfig
 from raysearch.tracking.runs import (
@@ -176,17 +180,20 @@ _PARAM_CHARS = 1000
 
 
 def log_epochs(client: MlflowClient, run_id: str, epochs: list[tuple[int, dict[str, float]]],
-               tags: dict[str, str] | None = None, times: list[int] | None = None) -> None:
-    """Log several epochs' metrics (each at ``step=epoch``) and `tags` in one batch.
+               tags: dict[str, str] | None = None, times: list[int] | None = None,
+               params: dict[str, Any] | None = None) -> None:
+    """Log several epochs' metrics (each at ``step=epoch``), `tags` and `params` in one batch.
 
     `times`: each epoch's timestamp (milliseconds since the Unix epoch, one per entry of
-    `epochs`: when it was reported); None: now, for all of them.
+    `epochs`: when it was reported); None: now, for all of them. `params`: as
+    :func:`log_params` writes them.
     """
     now = int(time.time() * 1000)
     times = times if times is not None else [now] * len(epochs)
     client.log_batch(run_id, metrics=[Metric(k, v, ms, step)
                                       for (step, metrics), ms in zip(epochs, times, strict=True)
                                       for k, v in metrics.items()],
+                     params=[Param(k, _param_text(v)) for k, v in (params or {}).items()],
                      tags=[RunTag(k, v) for k, v in (tags or {}).items()])
 
 
@@ -257,10 +264,36 @@ def log_dataset(client: MlflowClient, run_id: str, record: dict[str, Any],
         client.log_inputs(run_id, datasets=inputs)
 
 
+def last_step(client: MlflowClient, run_id: str) -> int:
+    """Last epoch logged to `run_id` (0 when none)."""
+    steps = [m.step for m in client.get_metric_history(run_id, "val_accuracy")]
+    return max(steps, default=0)
+
+
 def log_metrics(client: MlflowClient, run_id: str, metrics: dict[str, float], step: int) -> None:
     """Log metrics in one batch at `step` (the epoch)."""
     now = int(time.time() * 1000)
     client.log_batch(run_id, metrics=[Metric(k, v, now, step) for k, v in metrics.items()])
+
+
+def log_files(client: MlflowClient, run_id: str, paths: Sequence[str | Path],
+              artifact_uri: str | None = None) -> None:
+    """Attach each file of `paths` to run `run_id`, at the top of its artifacts.
+
+    `artifact_uri`: the run's ``info.artifact_uri`` where the caller has it (``create_run``
+    returns it): the files go to that artifact repository, resolved as ``client.log_artifact``
+    resolves it, without the client's look-up of the run (a ``get_run``, ~10 ms on a SQLite
+    store). None: ``client.log_artifact``.
+    """
+    if artifact_uri is None:
+        for path in paths:
+            client.log_artifact(run_id, str(path))
+        return
+    repository = get_artifact_repository(
+        add_databricks_profile_info_to_artifact_uri(artifact_uri, client.tracking_uri),
+        tracking_uri=client.tracking_uri)
+    for path in paths:
+        repository.log_artifact(str(path))
 
 
 def log_reliability(client: MlflowClient, run_id: str, bins: dict[str, list], title: str) -> None:

@@ -425,7 +425,7 @@ def _record_end(client: Any, uri: str, parent_id: str, name: str, path: str,
     try:
         if table is not None:
             frame = tracking.finalize_sweep(client, parent_id, table=table, **select)
-            return frame, failed_trials(client, parent_id)
+            return frame, failed_trials(client, parent_id, table)
         parent = client.get_run(parent_id)
         try:
             trials = read_trials(path)

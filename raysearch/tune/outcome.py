@@ -43,7 +43,7 @@ class FailedTrial:
     error: str
 
 
-def failed_trials(client: Any, parent_run_id: str) -> list[FailedTrial]:
+def failed_trials(client: Any, parent_run_id: str, table: Any = None) -> list[FailedTrial]:
     """The failed trial runs of the sweep whose parent run is `parent_run_id`, by name.
 
     A trial run failed when its outcome is in :data:`FAILED_OUTCOMES`, or when it ended FAILED
@@ -53,12 +53,19 @@ def failed_trials(client: Any, parent_run_id: str) -> list[FailedTrial]:
     Args:
         client: an ``MlflowClient`` of the sweep's store.
         parent_run_id: the sweep's parent run.
+        table: the sweep's trials table (``status`` and ``outcome`` columns) when it stands
+            for the store (the callback's table of a sweep that just ended): without a failed
+            row in it, the store is not asked.
 
     Returns:
         One :class:`FailedTrial` per failed trial run, sorted by run name. The store is asked
         for those runs only (one search per failed outcome and one for FAILED runs), not for
         every run of the sweep.
     """
+    if table is not None and not any(
+            o in FAILED_OUTCOMES or (not o and s == "FAILED")
+            for s, o in zip(table["status"], table["outcome"].fillna(""), strict=True)):
+        return []
     experiment_id = client.get_run(parent_run_id).info.experiment_id
     runs = {}
     for where in (*(f"tags.`{tracking.OUTCOME_TAG}` = '{o}'" for o in FAILED_OUTCOMES),
