@@ -23,7 +23,7 @@ from raysearch.tracking.client import log_files
 from raysearch.tune.outcome import FailedTrial, failed_trials
 
 
-@pytest.fixture()
+@pytest.fixture
 def client(tmp_path) -> MlflowClient:
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlruns.db'}")
     client.create_experiment("e", artifact_location=(tmp_path / "art").as_uri())
@@ -75,7 +75,7 @@ def test_a_table_without_a_failed_trial_needs_no_search():
     assert failed_trials(_NoStore(), "parent", _table([])) == []
 
 
-@pytest.mark.parametrize("status, outcome", [("FINISHED", "diverged"), ("FAILED", "error"),
+@pytest.mark.parametrize(("status", "outcome"), [("FINISHED", "diverged"), ("FAILED", "error"),
                                              ("FAILED", None), ("FAILED", "")])
 def test_a_failed_row_sends_the_end_to_the_store_for_its_error(client, status, outcome):
     experiment = client.get_experiment_by_name("e").experiment_id
@@ -99,20 +99,30 @@ def test_a_failed_row_sends_the_end_to_the_store_for_its_error(client, status, o
     assert failed_trials(client, pid) == expected  # the same as the store's own answer
 
 
-def test_held_params_wait_then_fall_due_and_go_with_the_next_write(tmp_path, monkeypatch):
+def test_held_params_wait_then_fall_due_alone_or_go_with_the_next_write(tmp_path, monkeypatch):
     monkeypatch.setattr(book_module, "PARAMS_WAIT_S", 0.2)
     book = _SweepBook(MlflowClient(f"sqlite:///{tmp_path / 'mlruns.db'}"))
     try:
         book.hold_params("t1", {"method": "ce", "lr": 0.1})
+        book.hold_params("t3", {"method": "ls"})
         book.hold("t2", [(1, {"val_ece": 0.1})], {})
-        assert book.params_due() == []
-        time.sleep(0.25)
-        assert book.params_due() == ["t1"]  # t2 holds metrics only: they wait for its report
+        book.hold("t3", [(1, {"val_ece": 0.3})], {"tag": "y"})
+        assert book.take_due_params() == []
         book.hold("t1", [(1, {"val_ece": 0.2})], {"tag": "x"})
-        held = book.take("t1")
+        held = book.take("t1")  # a write before the wait: the params go with it
         assert held.params == {"method": "ce", "lr": 0.1}
-        assert held.epochs == [(1, {"val_ece": 0.2})] and held.tags == {"tag": "x"}
-        assert book.params_due() == [] and not book.take("t1")
+        assert held.epochs == [(1, {"val_ece": 0.2})]
+        assert held.tags == {"tag": "x"}
+        time.sleep(0.25)
+        # t3's params fell due: they leave alone, its epochs and tags wait for its report;
+        # t2 holds metrics only
+        assert book.take_due_params() == [("t3", {"method": "ls"})]
+        assert book.take_due_params() == []
+        held = book.take("t3")
+        assert held.params == {}
+        assert held.epochs == [(1, {"val_ece": 0.3})]
+        assert held.tags == {"tag": "y"}
+        assert not book.take("t1")
     finally:
         book.close()
 
@@ -150,6 +160,7 @@ def test_a_trial_with_a_late_first_report_shows_its_params_before_its_metrics(
     child = next(r for r in client.search_runs(
         [client.get_experiment_by_name("raysearch").experiment_id])
         if r.data.tags.get("mlflow.parentRunId"))
-    assert child.data.params["method"] == "ce" and child.data.params["epochs"] == "25"
+    assert child.data.params["method"] == "ce"
+    assert child.data.params["epochs"] == "25"
     steps = [m.step for m in client.get_metric_history(child.info.run_id, "val_ece")]
     assert sorted(steps) == list(range(1, 26))

@@ -51,7 +51,7 @@ WRITE_DELAY_S = 0.25
 
 #: A trial's params go to its run with its first metrics (one request fewer per trial, ~10 ms
 #: of the driver's CPU on a SQLite store), or on their own once they waited this many seconds
-#: (:meth:`_SweepBook.params_due`): a trial with long epochs shows them as it starts.
+#: (:meth:`_SweepBook.take_due_params`): a trial with long epochs shows them as it starts.
 PARAMS_WAIT_S = 5.0
 
 
@@ -172,11 +172,18 @@ class _SweepBook:
         held = self.held.setdefault(tid, _Held())
         held.params, held.since = params, time.monotonic()
 
-    def params_due(self) -> list[str]:
-        """Trials whose held params waited :data:`PARAMS_WAIT_S` seconds or longer."""
+    def take_due_params(self) -> list[tuple[str, dict[str, Any]]]:
+        """``(trial id, params)`` of the held params that waited :data:`PARAMS_WAIT_S` seconds.
+
+        They are no longer held; the epochs and tags held beside them stay.
+        """
         now = time.monotonic()
-        return [tid for tid, held in self.held.items()
-                if held.params and now - held.since >= PARAMS_WAIT_S]
+        due = [(tid, held) for tid, held in self.held.items()
+               if held.params and now - held.since >= PARAMS_WAIT_S]
+        taken = [(tid, held.params) for tid, held in due]
+        for _, held in due:
+            held.params = {}
+        return taken
 
     def take(self, tid: str) -> _Held:
         """What trial `tid` holds (:meth:`hold`), no longer held; empty when nothing is."""

@@ -428,8 +428,8 @@ class MlflowSweepCallback(tune.Callback):
         self._start(trial)
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:  # noqa: D102
-        for tid in self.book.params_due():  # a trial with long epochs: its params now
-            self._send_held(self.book, tid)
+        for tid, p in self.book.take_due_params():  # a late first report: the params alone now
+            self._submit(lambda t=tid, p=p: log_params(self.client, self.book.children[t], p), tid)
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict,  # noqa: D102
                         **info: Any) -> None:
