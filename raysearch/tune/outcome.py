@@ -63,8 +63,8 @@ def failed_trials(client: Any, parent_run_id: str, table: Any = None) -> list[Fa
         every run of the sweep.
     """
     if table is not None and not any(
-            o in FAILED_OUTCOMES or (not o and s == "FAILED")
-            for s, o in zip(table["status"], table["outcome"].fillna(""), strict=True)):
+            _failed(s, o) for s, o in zip(table["status"], table["outcome"].fillna(""),
+                                          strict=True)):
         return []
     experiment_id = client.get_run(parent_run_id).info.experiment_id
     runs = {}
@@ -78,11 +78,16 @@ def failed_trials(client: Any, parent_run_id: str, table: Any = None) -> list[Fa
         outcome = tags.get(tracking.OUTCOME_TAG, "")
         if not tags.get(tracking.TRIAL_TAG):
             continue
-        if outcome in FAILED_OUTCOMES or (not outcome and run.info.status == "FAILED"):
+        if _failed(run.info.status, outcome):
             error = " ".join(tags.get(tracking.ERROR_TAG, "").split()) or "unknown error"
             failed.append(FailedTrial(run.info.run_name or run.info.run_id, run.info.run_id,
                                       outcome or "error", error))
     return sorted(failed, key=lambda f: f.trial)
+
+
+def _failed(status: str, outcome: str) -> bool:
+    """Whether a trial run with this status and outcome tag ("": none) failed."""
+    return outcome in FAILED_OUTCOMES or (not outcome and status == "FAILED")
 
 
 class NoTrialCompletedError(RuntimeError):
