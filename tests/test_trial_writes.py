@@ -103,6 +103,8 @@ def test_held_params_wait_then_fall_due_alone_or_go_with_the_next_write(tmp_path
     monkeypatch.setattr(book_module, "PARAMS_WAIT_S", 0.2)
     book = _SweepBook(MlflowClient(f"sqlite:///{tmp_path / 'mlruns.db'}"))
     try:
+        for tid in ("t1", "t2", "t3"):  # as the callback does: started, then params held
+            book.started[tid] = time.monotonic()
         book.hold_params("t1", {"method": "ce", "lr": 0.1})
         book.hold_params("t3", {"method": "ls"})
         book.hold("t2", [(1, {"val_ece": 0.1})], {})

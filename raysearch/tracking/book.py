@@ -169,20 +169,18 @@ class _SweepBook:
 
     def hold_params(self, tid: str, params: dict[str, Any]) -> None:
         """Keep trial `tid`'s params until :meth:`take` (its first write sends them)."""
-        held = self.held.setdefault(tid, _Held())
-        held.params, held.since = params, time.monotonic()
+        self.held.setdefault(tid, _Held()).params = params
 
     def take_due_params(self) -> list[tuple[str, dict[str, Any]]]:
-        """``(trial id, params)`` of the held params that waited :data:`PARAMS_WAIT_S` seconds.
+        """``(trial id, params)`` of trials started :data:`PARAMS_WAIT_S` seconds ago or more.
 
-        They are no longer held; the epochs and tags held beside them stay.
+        Those params are no longer held; the epochs and tags held beside them stay.
         """
-        now = time.monotonic()
-        due = [(tid, held) for tid, held in self.held.items()
-               if held.params and now - held.since >= PARAMS_WAIT_S]
-        taken = [(tid, held.params) for tid, held in due]
-        for _, held in due:
-            held.params = {}
+        now, taken = time.monotonic(), []
+        for tid, held in self.held.items():
+            if held.params and now - self.started.get(tid, now) >= PARAMS_WAIT_S:
+                taken.append((tid, held.params))
+                held.params = {}
         return taken
 
     def take(self, tid: str) -> _Held:
@@ -244,19 +242,15 @@ class _SweepBook:
 
 
 class _Held:
-    """A running trial's epochs (with when each was reported, ms), tags and params not yet sent.
+    """A running trial's epochs (with when each was reported, ms), tags and params not yet sent."""
 
-    `since`: when the params were held (monotonic seconds).
-    """
-
-    __slots__ = ("epochs", "times", "tags", "params", "since")
+    __slots__ = ("epochs", "times", "tags", "params")
 
     def __init__(self) -> None:
         self.epochs: list[tuple[int, dict[str, float]]] = []
         self.times: list[int] = []
         self.tags: dict[str, str] = {}
         self.params: dict[str, Any] = {}
-        self.since = 0.0
 
     def __bool__(self) -> bool:
         return bool(self.epochs or self.tags or self.params)
